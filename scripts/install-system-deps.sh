@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages abstream needs when they are missing.
+#   scripts/install-system-deps.sh run    Java 17 (Spark's JVM)
+#   scripts/install-system-deps.sh test   the same, plus what the test suite needs
+set -euo pipefail
+
+want=()
+java_major() {
+  java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+}
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+  want+=(openjdk-17-jre-headless)
+fi
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  want+=(python3-venv)
+fi
+
+if [ ${#want[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing Debian packages: ${want[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "need root (or sudo) to install: ${want[*]}" >&2; exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${want[@]}"

@@ -1,0 +1,3 @@
+from abstream.cli import main
+
+raise SystemExit(main())

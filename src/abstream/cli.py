@@ -1,0 +1,261 @@
+"""The ``abstream`` command: a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from abstream import __version__
+from abstream.config import Config, load_config
+from abstream.durations import parse_duration
+from abstream.errors import AbstreamError, UsageError, first_line
+
+log = logging.getLogger("abstream")
+
+COMPONENT_NAMES = ("ingest", "sessionize", "metrics")
+
+
+def _effect(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected METRIC=LIFT such as conversion=0.10, "
+                                         f"got {text!r}") from None
+
+
+def _start(text: str) -> datetime | None:
+    if text == "now":
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO-8601 time or 'now', got {text!r}") \
+            from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _duration(text: str) -> object:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", type=Path,
+                        help="YAML settings (ABSTREAM__SECTION__KEY variables override it)")
+    common.add_argument("--data-dir", metavar="DIR", type=Path,
+                        help="where landing files, tables and checkpoints live "
+                             "(default ./abstream-data)")
+    verbosity = common.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings only")
+
+    parser = argparse.ArgumentParser(
+        prog="abstream",
+        description="A/B-test experiment metrics from clickstream events on Spark and Delta.")
+    parser.add_argument("--version", action="version", version=f"abstream {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = commands.add_parser("generate", parents=[common],
+                              help="write synthetic beacons into the landing folder")
+    gen.add_argument("--events", type=int, required=True, metavar="N",
+                     help="records to write (events + duplicates + malformed)")
+    gen.add_argument("--seed", type=int, default=1, metavar="S")
+    gen.add_argument("--rate", type=float, metavar="EV_PER_S",
+                     help="write at this many records per second (default: as fast as possible)")
+    gen.add_argument("--effect", type=_effect, action="append", default=[],
+                     metavar="METRIC=LIFT",
+                     help="planted relative lift of every treatment: conversion, revenue, "
+                          "bounce, errors, page_load (repeatable)")
+    gen.add_argument("--start", type=_start, metavar="TIME",
+                     help="first event time, ISO-8601 or 'now' (default 2026-01-05T00:00Z, "
+                          "or now with --rate)")
+    gen.add_argument("--span", type=_duration, metavar="DURATION",
+                     help="event-time span of new visits (default 1 day; N/rate with --rate)")
+    gen.add_argument("--late-rate", type=float, default=0.01, metavar="P")
+    gen.add_argument("--late-max", type=_duration, default=parse_duration("2 hours"),
+                     metavar="DURATION")
+    gen.add_argument("--duplicate-rate", type=float, default=0.01, metavar="P")
+    gen.add_argument("--malformed-rate", type=float, default=0.002, metavar="P")
+    gen.add_argument("--file-events", type=int, default=10_000, metavar="N",
+                     help="records per file")
+    gen.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    run = commands.add_parser("run", parents=[common],
+                              help="run components until stopped (or once, with --once)")
+    run.add_argument("components", nargs="*",
+                     metavar="COMPONENT", help=f"any of {', '.join(COMPONENT_NAMES)} (default all)")
+    run.add_argument("--once", action="store_true",
+                     help="process all available input (AvailableNow) and exit")
+
+    demo = commands.add_parser("demo", parents=[common],
+                               help="generate beacons, run the speed layer, show the results")
+    demo.add_argument("--events", type=int, default=200_000, metavar="N")
+    demo.add_argument("--seed", type=int, default=1, metavar="S")
+    demo.add_argument("--effect", type=_effect, action="append", metavar="METRIC=LIFT",
+                      help="planted lift (default conversion=0.10)")
+    demo.add_argument("--json", action="store_true",
+                      help="print the figures as one JSON object on the last line")
+
+    jars = commands.add_parser("jars", parents=[common],
+                               help="fetch the JVM packages once and list the JAR files")
+    jars.add_argument("--comma", action="store_true",
+                      help="one comma-separated line (for spark-submit --jars)")
+    return parser
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("abstream").setLevel(level)
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("received %s: finishing the current micro-batch, then stopping "
+                    "(again to abort)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
+
+
+def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
+    from abstream.generator import GeneratorSettings, generate
+    from abstream.layout import Layout
+
+    settings = GeneratorSettings(
+        events=args.events, seed=args.seed, start=args.start, effects=dict(args.effect),
+        late_rate=args.late_rate, late_max=args.late_max, duplicate_rate=args.duplicate_rate,
+        malformed_rate=args.malformed_rate, file_events=args.file_events, rate=args.rate,
+        **({"span": args.span} if args.span else {}),
+    )
+    landing = Layout(config.data_dir).landing
+    log.info("writing %s records into %s%s", f"{args.events:,}", landing,
+             f" at {args.rate:,.0f}/s" if args.rate else "")
+    summary = generate(settings, landing,
+                       progress=lambda n: log.info("%s records written", f"{n:,}"))
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.to_dict().items() if k != "files"}))
+    else:
+        print(f"{summary.records:,} records in {len(summary.files)} files "
+              f"({summary.events:,} events, {summary.duplicates:,} duplicates, "
+              f"{summary.malformed:,} malformed, {summary.late:,} late) "
+              f"in {summary.seconds:.1f} s -> {landing}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from abstream.components import select
+    from abstream.runner import pipeline, run_continuously, run_once
+
+    components = select(args.components)
+    stop = _stop_on_signals()
+    with pipeline(config) as ctx:
+        if args.once:
+            run_once(ctx, components, stop)
+        else:
+            run_continuously(ctx, components, stop)
+    for name, stats in ctx.stats.as_dict().items():
+        written = ", ".join(f"{v:,} {k}" for k, v in stats["written"].items()) or "nothing"
+        log.info("%s: %d batches, %s rows in, wrote %s; %s duplicates and %s late rows "
+                 "dropped", name, stats["batches"], f"{stats['input_rows']:,}", written,
+                 f"{stats['duplicates_dropped']:,}", f"{stats['late_rows_dropped']:,}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
+    from abstream.demo import DEFAULT_EFFECTS, run_demo
+    from abstream.summary import format_table
+
+    if args.events <= 0:
+        raise UsageError("--events must be positive")
+    effects = dict(args.effect) if args.effect else dict(DEFAULT_EFFECTS)
+    result = run_demo(config, events=args.events, seed=args.seed, effects=effects,
+                      stop=_stop_on_signals())
+    print()
+    print(format_table(result.totals))
+    print()
+    figures = result.figures()
+    mark = "ok" if result.reconciled else "MISMATCH"
+    print(f"reconciliation: generated {result.generated.records:,} = bronze "
+          f"{result.bronze_rows:,} + rejected {result.rejected_rows:,} + duplicates "
+          f"{result.duplicate_rows:,}  [{mark}]")
+    print(f"{result.visits:,} closed visits, {result.gold_rows:,} gold rows; "
+          f"{figures['elapsed_seconds']} s end to end "
+          f"({figures['events_per_second']:,} events/s)")
+    if args.json:
+        print(json.dumps(figures))
+    return 0 if result.reconciled else 1
+
+
+def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
+    from abstream.jars import fetch
+
+    found = fetch(config)
+    print(",".join(found) if args.comma else "\n".join(found))
+    return 0
+
+
+COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo, "jars": _cmd_jars}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging(args)
+    try:
+        config = load_config(args.config, data_dir=args.data_dir)
+        return COMMANDS[args.command](args, config)
+    except AbstreamError as exc:
+        print(f"abstream: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("abstream: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.verbose or not _is_spark_error(exc):
+            raise
+        print(f"abstream: error: {first_line(exc)} (run with -v for details)", file=sys.stderr)
+        return 1
+    finally:
+        _stop_spark()
+
+
+def _is_spark_error(exc: BaseException) -> bool:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return isinstance(exc, PySparkException | Py4JError)
+
+
+def _stop_spark() -> None:
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()

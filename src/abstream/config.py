@@ -1,0 +1,209 @@
+"""One typed configuration: defaults, then an optional YAML file, then ABSTREAM__* variables.
+
+Environment variables name a key path with double underscores: ``ABSTREAM__SPARK__MASTER``
+sets ``spark.master``; ``ABSTREAM__DATA_DIR`` sets ``data_dir``. Values are read as YAML, so
+``8`` is a number, ``true`` a boolean and ``{a: 1}`` a mapping.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from abstream.durations import parse_duration
+from abstream.errors import ConfigError
+
+ENV_PREFIX = "ABSTREAM__"
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise ValueError(f"expected a duration like '35 minutes', got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+def _spark_conf_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ValueError(f"Spark settings are scalars, got {value!r}")
+
+
+SparkConfValue = Annotated[str, BeforeValidator(_spark_conf_value)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _default_jars_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "abstream" / "jars"
+
+
+class SparkSettings(_Section):
+    """How the SparkSession is built (ignored where spark-submit already built it)."""
+
+    master: str = "local[2]"
+    app_name: str = "abstream"
+    conf: dict[str, SparkConfValue] = Field(default_factory=dict)
+    packages: list[str] = Field(default_factory=lambda: [DELTA_PACKAGE])
+    manage_jars: bool = True
+    jars_cache: Path = Field(default_factory=_default_jars_cache)
+    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
+
+
+class IngestSettings(_Section):
+    """landing (JSON lines) -> bronze ``events`` + quarantine ``rejected``."""
+
+    trigger: Duration = timedelta(seconds=5)
+    max_files_per_trigger: int = Field(default=20, gt=0)
+    max_record_bytes: int = Field(default=65_536, gt=0)
+    future_tolerance: Duration = timedelta(days=1)
+    dedupe_window: Duration = timedelta(minutes=10)
+
+
+class SessionizeSettings(_Section):
+    """bronze -> silver ``sessions`` (closed visits)."""
+
+    trigger: Duration = timedelta(seconds=10)
+    gap: Duration = timedelta(minutes=35)
+    lateness: Duration = timedelta(minutes=15)
+    max_files_per_trigger: int = Field(default=200, gt=0)
+
+
+class MetricsSettings(_Section):
+    """bronze events + silver visits -> gold ``experiment_metrics``."""
+
+    trigger: Duration = timedelta(seconds=10)
+    window: Duration = timedelta(minutes=5)
+    slide: Duration | None = None
+    lateness: Duration = timedelta(hours=12)
+    hll_lg_k: int = Field(default=12, ge=4, le=21)
+    max_files_per_trigger: int = Field(default=200, gt=0)
+
+    @model_validator(mode="after")
+    def _slide_fits_window(self) -> MetricsSettings:
+        if self.slide is not None and (
+            not timedelta(0) < self.slide <= self.window or self.window % self.slide
+        ):
+            raise ValueError("slide must be positive and divide the window length")
+        return self
+
+
+class Config(_Section):
+    data_dir: Path = Path("abstream-data")
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    def with_data_dir(self, data_dir: Path | str | None) -> Config:
+        return self if data_dir is None else self.model_copy(update={"data_dir": Path(data_dir)})
+
+
+def load_config(
+    path: Path | str | None = None,
+    environ: Mapping[str, str] | None = None,
+    data_dir: Path | str | None = None,
+) -> Config:
+    """Defaults < YAML file < environment < ``data_dir`` argument (the CLI's --data-dir)."""
+    raw: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
+    if path is not None:
+        raw = _read_yaml(Path(path))
+        _note_origins(raw, (), f"in {path}", origins)
+    for name, value in sorted((environ if environ is not None else os.environ).items()):
+        if name.startswith(ENV_PREFIX):
+            keys = _env_keys(name)
+            _set_path(raw, keys, _env_value(name, value))
+            origins[keys] = f"from ${name}"
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, origins)) from None
+    return config.with_data_dir(data_dir)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path}{where} is not valid YAML") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings")
+    return loaded
+
+
+def _env_keys(name: str) -> tuple[str, ...]:
+    parts = name[len(ENV_PREFIX):].split("__")
+    if not all(parts):
+        raise ConfigError(f"${name}: empty key segment in the variable name")
+    # Spark settings keep their case (spark.sql.shuffle.partitions, ...Enabled).
+    if len(parts) > 2 and [p.lower() for p in parts[:2]] == ["spark", "conf"]:
+        return ("spark", "conf", "__".join(parts[2:]))
+    return tuple(p.lower() for p in parts)
+
+
+def _env_value(name: str, value: str) -> Any:
+    try:
+        return yaml.safe_load(value) if value.strip() else value
+    except yaml.YAMLError:
+        raise ConfigError(f"${name}: value is not valid YAML: {value!r}") from None
+
+
+def _set_path(raw: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    node = raw
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def _note_origins(
+    node: Any, prefix: tuple[str, ...], origin: str, origins: dict[tuple[str, ...], str]
+) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _note_origins(value, (*prefix, str(key)), origin, origins)
+    else:
+        origins[prefix] = origin
+
+
+def _one_line(exc: ValidationError, origins: dict[tuple[str, ...], str]) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = tuple(str(p) for p in error["loc"])
+        key = ".".join(loc) or "config"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting"
+        elif "input" in error and not isinstance(error["input"], dict | list):
+            message = f"{message} (got {error['input']!r})"
+        origin = next((origins[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in origins), "")
+        parts.append(f"{key}: {message}" + (f" [{origin}]" if origin else ""))
+    return "config: " + "; ".join(parts)

@@ -1,0 +1,36 @@
+"""Streaming reads: the landing folder of JSON-lines files, and Delta tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+
+def landing_lines(spark: SparkSession, landing: Path, max_files_per_trigger: int) -> DataFrame:
+    """Every line of every file in ``landing`` as ``value``, with its file and arrival time.
+
+    Files whose names start with '.' or '_' are ignored, so writers can create a file under
+    a hidden name and rename it when complete.
+    """
+    landing.mkdir(parents=True, exist_ok=True)
+    return (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", max_files_per_trigger)
+        .load(str(landing))
+        .select(
+            "value",
+            F.col("_metadata.file_path").alias("source_file"),
+            F.current_timestamp().alias("ingested_at"),
+        )
+    )
+
+
+def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
+    """The appends to a Delta table, in commit order."""
+    return (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", max_files_per_trigger)
+        .load(path)
+    )

@@ -1,0 +1,53 @@
+"""The Delta tables of a deployment: their schemas, partitioning, creation and reads."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from abstream.layout import Layout
+from abstream.schemas import EVENTS, EXPERIMENT_METRICS, REJECTED, SESSIONS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+
+    def path(self, layout: Layout) -> Path:
+        return getattr(layout, self.name)
+
+
+EVENTS_TABLE = TableSpec("events", EVENTS, ("event_date",))
+REJECTED_TABLE = TableSpec("rejected", REJECTED, ("ingest_date",))
+SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("visit_date",))
+METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS)
+ALL_TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE)
+
+
+def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
+    """Create the table with its schema if it does not exist yet; return its path."""
+    path = str(spec.path(layout))
+    if not DeltaTable.isDeltaTable(spark, path):
+        log.debug("creating Delta table %s at %s", spec.name, path)
+        (
+            DeltaTable.createIfNotExists(spark)
+            .location(path)
+            .addColumns(spec.schema)
+            .partitionedBy(*spec.partition_by)
+            .execute()
+        )
+    return path
+
+
+def read_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> DataFrame:
+    """The current snapshot of a table (created empty if it is not there yet)."""
+    return spark.read.format("delta").load(ensure_table(spark, spec, layout))

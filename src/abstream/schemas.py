@@ -1,0 +1,133 @@
+"""Schemas of the beacon (input) and of the bronze, quarantine, silver and gold tables."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+EVENT_TYPES = ("pageview", "add_to_cart", "order", "error")
+POPULATIONS = ("assigned", "qualified")
+MONEY = DecimalType(18, 2)
+MONEY_TOTAL = DecimalType(28, 2)
+MONEY_SQUARED = DecimalType(38, 4)
+
+CORRUPT_COLUMN = "_corrupt_record"
+
+EXPERIMENT_ENTRY = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("variant", StringType()),
+        StructField("qualified", BooleanType()),
+    ]
+)
+
+#: The beacon as the JSON parser reads it; ``event_ts`` is parsed separately, strictly.
+BEACON = StructType(
+    [
+        StructField("event_id", StringType()),
+        StructField("event_ts", StringType()),
+        StructField("session_id", StringType()),
+        StructField("visitor_id", StringType()),
+        StructField("type", StringType()),
+        StructField("page", StringType()),
+        StructField("experiments", ArrayType(EXPERIMENT_ENTRY)),
+        StructField("revenue", DoubleType()),
+        StructField("units", LongType()),
+        StructField("page_load_ms", LongType()),
+        StructField(CORRUPT_COLUMN, StringType()),
+    ]
+)
+
+#: bronze ``events``: one row per valid, de-duplicated beacon; partitioned by event_date.
+EVENTS = StructType(
+    [
+        StructField("event_id", StringType(), False),
+        StructField("event_ts", TimestampType(), False),
+        StructField("session_id", StringType(), False),
+        StructField("visitor_id", StringType(), False),
+        StructField("type", StringType(), False),
+        StructField("page", StringType()),
+        StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
+        StructField("revenue", MONEY),
+        StructField("units", LongType()),
+        StructField("page_load_ms", LongType()),
+        StructField("source_file", StringType()),
+        StructField("ingested_at", TimestampType(), False),
+        StructField("event_date", DateType(), False),
+    ]
+)
+
+#: quarantine ``rejected``: the raw record, why it was refused, where it came from.
+REJECTED = StructType(
+    [
+        StructField("raw", StringType()),
+        StructField("reason", StringType(), False),
+        StructField("source_file", StringType()),
+        StructField("ingested_at", TimestampType(), False),
+        StructField("ingest_date", DateType(), False),
+    ]
+)
+
+#: silver ``sessions``: one row per closed visit.
+SESSIONS = StructType(
+    [
+        StructField("session_id", StringType(), False),
+        StructField("visit_start", TimestampType(), False),
+        StructField("visit_end", TimestampType(), False),
+        StructField("duration_ms", LongType(), False),
+        StructField("visitor_id", StringType(), False),
+        StructField("events", LongType(), False),
+        StructField("pageviews", LongType(), False),
+        StructField("add_to_carts", LongType(), False),
+        StructField("orders", LongType(), False),
+        StructField("revenue", MONEY_TOTAL, False),
+        StructField("units", LongType(), False),
+        StructField("errors", LongType(), False),
+        StructField("is_bounce", BooleanType(), False),
+        StructField("is_error_visit", BooleanType(), False),
+        StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
+        StructField("layer", StringType(), False),
+        StructField("computed_at", TimestampType(), False),
+        StructField("visit_date", DateType(), False),
+    ]
+)
+
+#: gold ``experiment_metrics``: experiment x variant x population x window x layer.
+METRIC_KEY = ("experiment_id", "variant", "population", "window_start", "window_end", "layer")
+EXPERIMENT_METRICS = StructType(
+    [
+        StructField("experiment_id", StringType(), False),
+        StructField("variant", StringType(), False),
+        StructField("population", StringType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        StructField("visitors_sketch", BinaryType()),
+        StructField("visitors", LongType(), False),
+        StructField("events", LongType(), False),
+        StructField("pageviews", LongType(), False),
+        StructField("add_to_carts", LongType(), False),
+        StructField("orders", LongType(), False),
+        StructField("revenue", MONEY_TOTAL, False),
+        StructField("revenue_sq", MONEY_SQUARED, False),
+        StructField("units", LongType(), False),
+        StructField("errors", LongType(), False),
+        StructField("page_load_ms_sum", LongType(), False),
+        StructField("page_load_count", LongType(), False),
+        StructField("visits", LongType(), False),
+        StructField("bounces", LongType(), False),
+        StructField("error_visits", LongType(), False),
+        StructField("layer", StringType(), False),
+        StructField("computed_at", TimestampType(), False),
+    ]
+)

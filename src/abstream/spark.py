@@ -1,0 +1,96 @@
+"""The one SparkSession factory: local[2] with Delta Lake by default, everything overridable.
+
+Under ``spark-submit`` the session already exists (its master, JARs and static settings come
+from the command line); the factory then only applies the runtime SQL settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib import resources
+
+from py4j.java_gateway import JavaClass
+from pyspark.sql import SparkSession
+
+from abstream import jars
+from abstream.config import SparkSettings
+from abstream.errors import AbstreamError, first_line
+
+log = logging.getLogger(__name__)
+
+#: Settings every abstream session gets unless the user's ``spark.conf`` says otherwise.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    # Sized for local[2]; raise on a cluster (2-3x the cores).
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+    # Streaming state: RocksDB off-heap with changelog checkpoints (only changed keys are
+    # written each micro-batch), sessions merged inside each partition before the shuffle.
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true",
+    # Idempotent Delta writes reset the transaction version after each write.
+    "spark.databricks.delta.write.txnVersion.autoReset.enabled": "true",
+}
+
+#: Static settings that only take effect when abstream starts the JVM itself.
+_LOCAL_ONLY_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+def _log4j_options() -> str:
+    config = resources.files("abstream") / "resources" / "log4j2.properties"
+    return f"-Dlog4j2.configurationFile={config}"
+
+
+def _under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkSession.getActiveSession() is not None
+
+
+def spark_session(settings: SparkSettings) -> SparkSession:
+    """Return the SparkSession for abstream, creating and configuring it if needed."""
+    if _under_spark_submit():
+        spark = SparkSession.builder.getOrCreate()
+        for key, value in {**DEFAULT_CONF, **settings.conf}.items():
+            if not spark.conf.isModifiable(key):
+                continue
+            spark.conf.set(key, value)
+        _require_delta(spark)
+        return spark
+
+    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+    conf = dict(DEFAULT_CONF)
+    if settings.master.startswith("local"):
+        conf.update(_LOCAL_ONLY_CONF)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf["spark.driver.extraJavaOptions"] = _log4j_options()
+    if settings.manage_jars:
+        conf.update(jars.jar_conf(settings))
+    conf.update(settings.conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        raise AbstreamError(f"could not start Spark ({settings.master}): {first_line(exc)}") \
+            from exc
+    spark.sparkContext.setLogLevel(settings.log_level)
+    if settings.manage_jars:
+        jars.remember_resolved(settings, spark.sparkContext.getConf().get("spark.jars", None))
+    _require_delta(spark)
+    return spark
+
+
+def _require_delta(spark: SparkSession) -> None:
+    if not isinstance(spark._jvm.io.delta.tables.DeltaTable, JavaClass):
+        raise AbstreamError(
+            "Delta Lake is not on Spark's classpath: pass "
+            f"--packages {','.join(SparkSettings().packages)} to spark-submit"
+        )

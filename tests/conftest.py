@@ -1,0 +1,37 @@
+"""Shared fixtures: one real SparkSession (local[2], Delta) for the whole test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from abstream.components import Context
+from abstream.layout import Layout
+from abstream.progress import ProgressListener, RunStats
+from abstream.spark import spark_session
+from tests.helpers import make_config
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session(make_config(Path("unused")).spark)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def ctx(spark: SparkSession, tmp_path: Path) -> Iterator[Context]:
+    """A fresh data dir and run statistics, with the progress listener attached."""
+    context = Context(spark, make_config(tmp_path / "data"), Layout(tmp_path / "data"),
+                      RunStats())
+    listener = ProgressListener(context.stats)
+    spark.streams.addListener(listener)
+    yield context
+    spark.streams.removeListener(listener)
+    for query in spark.streams.active:
+        query.stop()
+
+

@@ -1,0 +1,47 @@
+"""Helpers for tests: configs with a data dir of their own, beacons, landing files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from abstream.config import Config
+
+TEST_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+def make_config(data_dir: Path, **sections: dict[str, object]) -> Config:
+    """Defaults with a data dir of the test's own and small-data Spark settings."""
+    return Config.model_validate({"data_dir": data_dir, "spark": {"conf": TEST_SPARK_CONF},
+                                  **sections})
+
+
+def write_lines(folder: Path, name: str, lines: Iterable[str]) -> Path:
+    """A landing file written the way writers should: hidden name first, then renamed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{name}.tmp"
+    temporary.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    final = folder / name
+    temporary.replace(final)
+    return final
+
+
+def beacon(event_id: str, ts: str, session: str = "s1", visitor: str = "v1",
+           kind: str = "pageview", experiments: list[dict[str, object]] | None = None,
+           **fields: object) -> dict[str, object]:
+    record: dict[str, object] = {
+        "event_id": event_id, "event_ts": ts, "session_id": session, "visitor_id": visitor,
+        "type": kind, "page": "/",
+        "experiments": experiments if experiments is not None else
+        [{"id": "exp", "variant": "control", "qualified": True}],
+    }
+    record.update(fields)
+    return record
+
+
+def dumps(record: dict[str, object]) -> str:
+    return json.dumps(record, separators=(",", ":"))

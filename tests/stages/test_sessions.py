@@ -1,0 +1,96 @@
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from abstream.schemas import EVENTS
+from abstream.stages.sessions import assemble_visits, with_lineage
+
+T0 = datetime(2026, 1, 5, 10, 0)
+GAP = timedelta(minutes=35)
+
+
+def _events(spark, rows):
+    """rows: (session, offset, type[, revenue, units, experiments, visitor])."""
+    data = []
+    for i, row in enumerate(rows):
+        session, offset, kind, *rest = row
+        revenue, units, experiments, visitor = (rest + [None, None, None, None])[:4]
+        data.append((f"e{i}", T0 + offset, session, visitor or "v1", kind, "/",
+                     experiments or [("exp", "control", False)],
+                     Decimal(revenue) if revenue is not None else None, units, None,
+                     "f", T0, (T0 + offset).date()))
+    return spark.createDataFrame(data, EVENTS)
+
+
+def _visits(spark, rows):
+    return sorted(assemble_visits(_events(spark, rows), GAP).collect(),
+                  key=lambda r: (r["session_id"], r["visit_start"]))
+
+
+@pytest.mark.parametrize(("gap", "visits"), [
+    (GAP, 1),
+    (GAP - timedelta(milliseconds=1), 1),
+    (GAP + timedelta(milliseconds=1), 2),
+    (GAP + timedelta(microseconds=1), 2),
+])
+def test_a_visit_ends_only_when_the_gap_exceeds_35_minutes(spark, gap, visits):
+    rows = _visits(spark, [("s", timedelta(0), "pageview"), ("s", gap, "pageview")])
+    assert len(rows) == visits
+
+
+def test_gaps_chain_and_sessions_are_separate(spark):
+    rows = _visits(spark, [
+        ("a", timedelta(0), "pageview"),
+        ("a", GAP, "pageview"),
+        ("a", 2 * GAP, "pageview"),
+        ("a", 3 * GAP + timedelta(milliseconds=1), "pageview"),
+        ("b", timedelta(minutes=1), "pageview"),
+    ])
+    assert [(r["session_id"], r["events"]) for r in rows] == [("a", 3), ("a", 1), ("b", 1)]
+    assert rows[0]["visit_start"] == T0
+    assert rows[0]["visit_end"] == T0 + 2 * GAP
+    assert rows[0]["duration_ms"] == 70 * 60 * 1000
+
+
+@pytest.mark.parametrize(("kinds", "bounce"), [
+    (["pageview"], True),
+    (["pageview", "error"], True),
+    (["pageview", "pageview"], False),
+    (["pageview", "add_to_cart"], False),
+    (["pageview", "order"], False),
+    (["error"], False),
+])
+def test_bounce_is_one_pageview_and_no_cart_or_order(spark, kinds, bounce):
+    rows = [("s", timedelta(seconds=i), k, *(("5.00", 1) if k == "order" else ()))
+            for i, k in enumerate(kinds)]
+    (visit,) = _visits(spark, rows)
+    assert visit["is_bounce"] is bounce
+
+
+def test_visit_totals_error_visits_and_merged_experiments(spark):
+    (visit,) = _visits(spark, [
+        ("s", timedelta(0), "pageview", None, None, [("a", "control", False)]),
+        ("s", timedelta(seconds=5), "error", None, None, [("a", "control", False)]),
+        ("s", timedelta(seconds=9), "add_to_cart", None, None,
+         [("a", "control", True), ("b", "treatment", False)]),
+        ("s", timedelta(seconds=20), "order", "10.25", 2, [("a", "control", False)]),
+        ("s", timedelta(seconds=30), "order", "4.75", 1, [("a", "control", False)]),
+    ])
+    assert (visit["events"], visit["pageviews"], visit["add_to_carts"], visit["orders"],
+            visit["errors"], visit["units"]) == (5, 1, 1, 2, 1, 3)
+    assert visit["revenue"] == Decimal("15.00")
+    assert visit["is_error_visit"] is True
+    assert visit["is_bounce"] is False
+    assert [e.asDict() for e in visit["experiments"]] == [
+        {"id": "a", "variant": "control", "qualified": True},
+        {"id": "b", "variant": "treatment", "qualified": False},
+    ]
+
+
+def test_lineage_columns_make_a_silver_row(spark):
+    visits = assemble_visits(_events(spark, [("s", timedelta(0), "pageview")]), GAP)
+    row = with_lineage(visits, "batch").first()
+    assert row["layer"] == "batch"
+    assert row["visit_date"] == T0.date()
+    assert row["computed_at"] is not None

@@ -1,0 +1,89 @@
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from abstream.config import DELTA_PACKAGE, load_config
+from abstream.errors import ConfigError
+
+
+def test_defaults_need_no_file_and_no_environment():
+    config = load_config(environ={})
+    assert config.data_dir == Path("abstream-data")
+    assert config.spark.master == "local[2]"
+    assert config.spark.packages == [DELTA_PACKAGE]
+    assert config.sessionize.gap == timedelta(minutes=35)
+    assert config.metrics.window == timedelta(minutes=5)
+    assert config.metrics.slide is None
+
+
+def test_yaml_file_then_environment_then_data_dir_argument(tmp_path):
+    path = tmp_path / "abstream.yaml"
+    path.write_text(
+        "data_dir: /from/file\n"
+        "spark:\n  master: local[1]\n  conf: {spark.sql.shuffle.partitions: 4}\n"
+        "metrics:\n  window: 10 minutes\n  slide: 5 minutes\n"
+        "ingest:\n  max_files_per_trigger: 3\n"
+    )
+    environ = {
+        "ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "7",
+        "ABSTREAM__SPARK__CONF__spark.sql.adaptive.enabled": "true",
+        "ABSTREAM__SESSIONIZE__LATENESS": "1 hour",
+        "OTHER": "ignored",
+    }
+    config = load_config(path, environ=environ)
+    assert config.data_dir == Path("/from/file")
+    assert config.spark.master == "local[1]"
+    assert config.spark.conf == {"spark.sql.shuffle.partitions": "4",
+                                 "spark.sql.adaptive.enabled": "true"}
+    assert config.metrics.window == timedelta(minutes=10)
+    assert config.metrics.slide == timedelta(minutes=5)
+    assert config.ingest.max_files_per_trigger == 7
+    assert config.sessionize.lateness == timedelta(hours=1)
+    assert load_config(path, environ=environ, data_dir="/cli").data_dir == Path("/cli")
+
+
+def test_environment_sets_top_level_keys_and_mappings():
+    config = load_config(environ={"ABSTREAM__DATA_DIR": "/env",
+                                  "ABSTREAM__SPARK__CONF": "{spark.a: 1, spark.b: x}"})
+    assert config.data_dir == Path("/env")
+    assert config.spark.conf == {"spark.a": "1", "spark.b": "x"}
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"ABSTREAM__SESSIONIZE__GAP": "35 parsecs"},
+     "sessionize.gap: unknown time unit 'parsecs' in '35 parsecs'"),
+    ({"ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "-1"},
+     "ingest.max_files_per_trigger: Input should be greater than 0 (got -1)"),
+    ({"ABSTREAM__METRICS__HLL_LG_K": "30"}, "metrics.hll_lg_k: Input should be less than"),
+    ({"ABSTREAM__INGEST__TYPO": "1"}, "ingest.typo: unknown setting"),
+    ({"ABSTREAM__SPARK__LOG_LEVEL": "LOUD"}, "spark.log_level: Input should be"),
+    ({"ABSTREAM__METRICS__SLIDE": "3 minutes"},
+     "metrics: slide must be positive and divide the window length"),
+])
+def test_a_wrong_value_is_one_line_naming_the_key_and_where_it_came_from(environ, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ)
+    text = str(caught.value)
+    assert message in text
+    assert "\n" not in text
+    if "SLIDE" not in next(iter(environ)):
+        assert f"[from ${next(iter(environ))}]" in text
+
+
+def test_file_errors_name_the_file(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match="cannot read config file .*missing.yaml"):
+        load_config(missing, environ={})
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spark: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml line \d+ is not valid YAML"):
+        load_config(broken, environ={})
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(listed, environ={})
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("sessionize:\n  gap: soon\n")
+    with pytest.raises(ConfigError, match=r"sessionize.gap: .* \[in .*typo.yaml\]"):
+        load_config(typo, environ={})
