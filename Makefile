@@ -7,12 +7,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint jars system-deps clean help
+.PHONY: demo test test-fast lint jars bench system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
+	@echo "make bench  benchmarks (results in bench/results/)"
 	@echo "make lint   ruff"
 
 system-deps:
@@ -35,6 +36,10 @@ test: $(STAMP) jars
 
 test-fast: $(STAMP) jars
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP) jars
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
+	$(BIN)/python bench/sessionize.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -25,7 +25,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture
 def ctx(spark: SparkSession, tmp_path: Path) -> Iterator[Context]:
     """A fresh data dir and run statistics, with the progress listener attached."""
-    context = Context(spark, make_config(tmp_path / "data"), Layout(tmp_path / "data"),
+    context = Context(spark, make_config(tmp_path / "data"), Layout.of(tmp_path / "data"),
                       RunStats())
     listener = ProgressListener(context.stats)
     spark.streams.addListener(listener)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
+from abstream.components import Context
 from abstream.config import Config
 
 TEST_SPARK_CONF = {
@@ -16,7 +18,7 @@ TEST_SPARK_CONF = {
 
 def make_config(data_dir: Path, **sections: dict[str, object]) -> Config:
     """Defaults with a data dir of the test's own and small-data Spark settings."""
-    return Config.model_validate({"data_dir": data_dir, "spark": {"conf": TEST_SPARK_CONF},
+    return Config.model_validate({"data_dir": str(data_dir), "spark": {"conf": TEST_SPARK_CONF},
                                   **sections})
 
 
@@ -30,7 +32,7 @@ def write_lines(folder: Path, name: str, lines: Iterable[str]) -> Path:
     return final
 
 
-def beacon(event_id: str, ts: str, session: str = "s1", visitor: str = "v1",
+def beacon(event_id: str, ts: str, *, session: str = "s1", visitor: str = "v1",
            kind: str = "pageview", experiments: list[dict[str, object]] | None = None,
            **fields: object) -> dict[str, object]:
     record: dict[str, object] = {
@@ -45,3 +47,19 @@ def beacon(event_id: str, ts: str, session: str = "s1", visitor: str = "v1",
 
 def dumps(record: dict[str, object]) -> str:
     return json.dumps(record, separators=(",", ":"))
+
+
+def forget_commits_after(checkpoint: Path, batch_id: int) -> None:
+    """Simulate a crash after micro-batch ``batch_id + 1`` wrote its output but before Spark
+    committed it: drop the commit records from there on and the plans of later batches."""
+    for kind, keep_through in (("commits", batch_id), ("offsets", batch_id + 1)):
+        for entry in (checkpoint / kind).iterdir():
+            number = entry.name.lstrip(".").split(".")[0]
+            if number.isdigit() and int(number) > keep_through:
+                entry.unlink()
+
+
+def reconfigure(ctx: Context, section: str, **values: object) -> Context:
+    """The same context with some settings of one config section changed."""
+    settings = getattr(ctx.config, section).model_copy(update=values)
+    return replace(ctx, config=ctx.config.model_copy(update={section: settings}))

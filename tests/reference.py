@@ -70,3 +70,80 @@ def valid_event(line: str, ingested_at: datetime | None = None,
     if ts > (ingested_at or datetime.now(UTC)) + timedelta(days=1):
         return None
     return {**record, "ts": ts}
+
+
+def valid_unique_events(lines: list[str], ingested_at: datetime | None = None) -> list[dict]:
+    """Valid beacons, each event_id once (the first seen)."""
+    seen: set[str] = set()
+    events = []
+    for line in lines:
+        event = valid_event(line, ingested_at)
+        if event is not None and event["event_id"] not in seen:
+            seen.add(event["event_id"])
+            events.append(event)
+    return events
+
+
+def visits(events: list[dict], gap: timedelta = timedelta(minutes=35)) -> list[dict]:
+    """DESIGN.md's visits: a session's events split where consecutive ones are > gap apart."""
+    by_session: dict[str, list[dict]] = {}
+    for event in events:
+        by_session.setdefault(event["session_id"], []).append(event)
+    result = []
+    for session_events in by_session.values():
+        session_events.sort(key=lambda e: e["ts"])
+        current = [session_events[0]]
+        for event in session_events[1:]:
+            if event["ts"] - current[-1]["ts"] > gap:
+                result.append(_visit(current))
+                current = []
+            current.append(event)
+        result.append(_visit(current))
+    return result
+
+
+def _visit(events: list[dict]) -> dict:
+    kinds = [e["type"] for e in events]
+    entries: dict[tuple[str, str], bool] = {}
+    for event in events:
+        for entry in event.get("experiments") or []:
+            key = (entry["id"], entry["variant"])
+            entries[key] = entries.get(key, False) or bool(entry.get("qualified", False))
+    return {
+        "start": events[0]["ts"],
+        "end": events[-1]["ts"],
+        "bounce": kinds.count("pageview") == 1 and "add_to_cart" not in kinds
+        and "order" not in kinds,
+        "error_visit": "error" in kinds,
+        "entries": entries,
+    }
+
+
+def totals(events: list[dict], visit_list: list[dict]) -> dict[tuple[str, str, str], dict]:
+    """Per (experiment, variant, population): event-level and visit-level totals."""
+    result: dict[tuple[str, str, str], dict] = {}
+
+    def row(key: tuple[str, str, str]) -> dict:
+        return result.setdefault(key, {"events": 0, "pageviews": 0, "orders": 0,
+                                       "revenue": 0, "units": 0, "visits": 0, "bounces": 0,
+                                       "error_visits": 0})
+
+    for event in events:
+        for entry in event.get("experiments") or []:
+            populations = ["assigned"] + (["qualified"] if entry.get("qualified") else [])
+            for population in populations:
+                r = row((entry["id"], entry["variant"], population))
+                r["events"] += 1
+                r["pageviews"] += event["type"] == "pageview"
+                if event["type"] == "order":
+                    r["orders"] += 1
+                    r["revenue"] += round(event["revenue"] * 100)
+                    r["units"] += event["units"]
+    for visit in visit_list:
+        for (experiment, variant), qualified in visit["entries"].items():
+            for population in ["assigned"] + (["qualified"] if qualified else []):
+                r = row((experiment, variant, population))
+                r["visits"] += 1
+                r["bounces"] += visit["bounce"]
+                r["error_visits"] += visit["error_visit"]
+    return result

@@ -1,15 +1,15 @@
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from abstream.config import DELTA_PACKAGE, load_config
 from abstream.errors import ConfigError
+from abstream.layout import Layout
 
 
 def test_defaults_need_no_file_and_no_environment():
     config = load_config(environ={})
-    assert config.data_dir == Path("abstream-data")
+    assert config.data_dir == "abstream-data"
     assert config.spark.master == "local[2]"
     assert config.spark.packages == [DELTA_PACKAGE]
     assert config.sessionize.gap == timedelta(minutes=35)
@@ -32,7 +32,7 @@ def test_yaml_file_then_environment_then_data_dir_argument(tmp_path):
         "OTHER": "ignored",
     }
     config = load_config(path, environ=environ)
-    assert config.data_dir == Path("/from/file")
+    assert config.data_dir == "/from/file"
     assert config.spark.master == "local[1]"
     assert config.spark.conf == {"spark.sql.shuffle.partitions": "4",
                                  "spark.sql.adaptive.enabled": "true"}
@@ -40,13 +40,13 @@ def test_yaml_file_then_environment_then_data_dir_argument(tmp_path):
     assert config.metrics.slide == timedelta(minutes=5)
     assert config.ingest.max_files_per_trigger == 7
     assert config.sessionize.lateness == timedelta(hours=1)
-    assert load_config(path, environ=environ, data_dir="/cli").data_dir == Path("/cli")
+    assert load_config(path, environ=environ, data_dir="/cli").data_dir == "/cli"
 
 
 def test_environment_sets_top_level_keys_and_mappings():
     config = load_config(environ={"ABSTREAM__DATA_DIR": "/env",
                                   "ABSTREAM__SPARK__CONF": "{spark.a: 1, spark.b: x}"})
-    assert config.data_dir == Path("/env")
+    assert config.data_dir == "/env"
     assert config.spark.conf == {"spark.a": "1", "spark.b": "x"}
 
 
@@ -73,7 +73,7 @@ def test_a_wrong_value_is_one_line_naming_the_key_and_where_it_came_from(environ
 
 def test_file_errors_name_the_file(tmp_path):
     missing = tmp_path / "missing.yaml"
-    with pytest.raises(ConfigError, match="cannot read config file .*missing.yaml"):
+    with pytest.raises(ConfigError, match=r"cannot read config file .*missing\.yaml"):
         load_config(missing, environ={})
     broken = tmp_path / "broken.yaml"
     broken.write_text("spark: [unclosed\n")
@@ -87,3 +87,11 @@ def test_file_errors_name_the_file(tmp_path):
     typo.write_text("sessionize:\n  gap: soon\n")
     with pytest.raises(ConfigError, match=r"sessionize.gap: .* \[in .*typo.yaml\]"):
         load_config(typo, environ={})
+
+
+def test_data_dir_may_be_a_hadoop_uri():
+    config = load_config(environ={}, data_dir="s3a://bucket/abstream/")
+    layout = Layout.of(config.data_dir)
+    assert layout.events == "s3a://bucket/abstream/tables/events"
+    assert layout.checkpoint("ingest") == "s3a://bucket/abstream/checkpoints/ingest"
+    assert Layout.of("relative").root.startswith("/")

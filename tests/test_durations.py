@@ -20,7 +20,7 @@ def test_parses_durations_as_people_write_them(text, expected):
 
 @pytest.mark.parametrize("text", ["", "35", "minutes", "35 parsecs", "-5 minutes", "5m5s"])
 def test_refuses_what_is_not_a_duration(text):
-    with pytest.raises(ValueError, match="duration|unit"):
+    with pytest.raises(ValueError, match=r"duration|unit"):
         parse_duration(text)
 
 

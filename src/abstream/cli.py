@@ -56,9 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", type=Path,
                         help="YAML settings (ABSTREAM__SECTION__KEY variables override it)")
-    common.add_argument("--data-dir", metavar="DIR", type=Path,
-                        help="where landing files, tables and checkpoints live "
-                             "(default ./abstream-data)")
+    common.add_argument("--data-dir", metavar="DIR",
+                        help="where landing files, tables and checkpoints live: a folder or "
+                             "a Hadoop URI such as s3a://bucket/abstream (default "
+                             "./abstream-data)")
     verbosity = common.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings only")
@@ -153,7 +154,8 @@ def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
         malformed_rate=args.malformed_rate, file_events=args.file_events, rate=args.rate,
         **({"span": args.span} if args.span else {}),
     )
-    landing = Layout(config.data_dir).landing
+    settings.validate()
+    landing = Layout.of(config.data_dir).local(Layout.of(config.data_dir).landing)
     log.info("writing %s records into %s%s", f"{args.events:,}", landing,
              f" at {args.rate:,.0f}/s" if args.rate else "")
     summary = generate(settings, landing,
@@ -235,6 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("abstream: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        print(f"abstream: error: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if args.verbose or not _is_spark_error(exc):
             raise

@@ -79,7 +79,7 @@ class IngestSettings(_Section):
 class SessionizeSettings(_Section):
     """bronze -> silver ``sessions`` (closed visits)."""
 
-    trigger: Duration = timedelta(seconds=10)
+    trigger: Duration = timedelta(seconds=30)
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
     max_files_per_trigger: int = Field(default=200, gt=0)
@@ -88,7 +88,7 @@ class SessionizeSettings(_Section):
 class MetricsSettings(_Section):
     """bronze events + silver visits -> gold ``experiment_metrics``."""
 
-    trigger: Duration = timedelta(seconds=10)
+    trigger: Duration = timedelta(seconds=5)
     window: Duration = timedelta(minutes=5)
     slide: Duration | None = None
     lateness: Duration = timedelta(hours=12)
@@ -105,14 +105,14 @@ class MetricsSettings(_Section):
 
 
 class Config(_Section):
-    data_dir: Path = Path("abstream-data")
+    data_dir: str = "abstream-data"
     spark: SparkSettings = Field(default_factory=SparkSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
-        return self if data_dir is None else self.model_copy(update={"data_dir": Path(data_dir)})
+        return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})
 
 
 def load_config(

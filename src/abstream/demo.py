@@ -82,13 +82,14 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
              effects: Mapping[str, float] = DEFAULT_EFFECTS,
              stop: threading.Event | None = None) -> DemoResult:
     began = time.monotonic()
-    layout = Layout(config.data_dir)
-    prepare_data_dir(config.data_dir)
+    layout = Layout.of(config.data_dir)
+    prepare_data_dir(layout.local())
+    landing = layout.local(layout.landing)
 
     log.info("generating %s beacons (seed %d, effects %s) into %s", f"{events:,}", seed,
-             ", ".join(f"{k}={v:+.0%}" for k, v in effects.items()) or "none", layout.landing)
+             ", ".join(f"{k}={v:+.0%}" for k, v in effects.items()) or "none", landing)
     generated = generate(
-        GeneratorSettings(events=events, seed=seed, effects=effects), layout.landing,
+        GeneratorSettings(events=events, seed=seed, effects=effects), landing,
         progress=lambda n: log.debug("generated %s records", f"{n:,}"),
     )
     log.info("generated %s records in %.1f s: %s events, %s duplicates, %s malformed, %s late",

@@ -1,36 +1,63 @@
-"""Where everything lives under the data directory."""
+"""Where everything lives under the data directory: a local folder or any Hadoop URI
+(``s3a://bucket/abstream``, ``hdfs://nn/abstream``, ``abfss://...``)."""
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
+
+from abstream.errors import UsageError
+
+
+def is_uri(location: str) -> bool:
+    scheme = urlparse(location).scheme
+    return len(scheme) > 1 and scheme != "file"
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Folders and Delta tables of one abstream deployment, all below ``data_dir``."""
+    """Folders and Delta tables of one deployment, all below ``root``."""
 
-    data_dir: Path
+    root: str
 
-    @property
-    def landing(self) -> Path:
-        return self.data_dir / "landing"
+    @classmethod
+    def of(cls, data_dir: str | Path) -> Layout:
+        text = str(data_dir)
+        if is_uri(text):
+            return cls(text.rstrip("/"))
+        return cls(str(Path(text.removeprefix("file://")).expanduser().absolute()))
 
-    @property
-    def events(self) -> Path:
-        return self.data_dir / "tables" / "events"
-
-    @property
-    def rejected(self) -> Path:
-        return self.data_dir / "tables" / "rejected"
+    def _below(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
 
     @property
-    def sessions(self) -> Path:
-        return self.data_dir / "tables" / "sessions"
+    def landing(self) -> str:
+        return self._below("landing")
 
     @property
-    def experiment_metrics(self) -> Path:
-        return self.data_dir / "tables" / "experiment_metrics"
+    def events(self) -> str:
+        return self._below("tables", "events")
 
-    def checkpoint(self, component: str) -> Path:
-        return self.data_dir / "checkpoints" / component
+    @property
+    def rejected(self) -> str:
+        return self._below("tables", "rejected")
+
+    @property
+    def sessions(self) -> str:
+        return self._below("tables", "sessions")
+
+    @property
+    def experiment_metrics(self) -> str:
+        return self._below("tables", "experiment_metrics")
+
+    def checkpoint(self, component: str) -> str:
+        return self._below("checkpoints", component)
+
+    def local(self, location: str | None = None) -> Path:
+        """A location as a local path, for the tools that work on local files only."""
+        location = self.root if location is None else location
+        if is_uri(location):
+            raise UsageError(f"{location} is not a local folder; this command needs one")
+        return Path(location)

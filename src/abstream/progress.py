@@ -30,7 +30,6 @@ class ComponentStats:
     late_rows_dropped: int = 0
     busy_seconds: float = 0.0
     written: Counter[str] = field(default_factory=Counter)
-    last_batch_id: int = -1
 
     @property
     def rows_per_second(self) -> float:
@@ -44,6 +43,7 @@ class RunStats:
         self._lock = threading.Lock()
         self._components: dict[str, ComponentStats] = {}
         self._pending: dict[tuple[str, int], Counter[str]] = {}
+        self._last_batch: dict[str, int] = {}
 
     def component(self, name: str) -> ComponentStats:
         with self._lock:
@@ -64,17 +64,22 @@ class RunStats:
             stats.input_rows += int(progress.get("numInputRows") or 0)
             stats.busy_seconds += (progress.get("batchDuration") or 0) / 1000
             stats.written.update(written)
-            stats.last_batch_id = max(stats.last_batch_id, batch_id)
+            run_id = str(progress.get("runId"))
+            self._last_batch[run_id] = max(self._last_batch.get(run_id, -1), batch_id)
             for op in operators:
                 stats.late_rows_dropped += int(op.get("numRowsDroppedByWatermark") or 0)
                 custom = op.get("customMetrics") or {}
                 stats.duplicates_dropped += int(custom.get("numDroppedDuplicateRows") or 0)
         return stats, written
 
-    def wait_for_batch(self, name: str, batch_id: int, timeout: float = 30.0) -> None:
-        """Block until the listener has seen ``batch_id`` of ``name`` (events are async)."""
+    def wait_for_batch(self, run_id: str, batch_id: int, timeout: float = 30.0) -> None:
+        """Block until the listener has seen ``batch_id`` of query run ``run_id`` (progress
+        events reach listeners asynchronously)."""
         deadline = time.monotonic() + timeout
-        while self.component(name).last_batch_id < batch_id and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._last_batch.get(run_id, -1) >= batch_id:
+                    return
             time.sleep(0.05)
 
     def as_dict(self) -> dict[str, dict[str, Any]]:

@@ -47,7 +47,7 @@ def _failure(component: str, exc: BaseException) -> AbstreamError:
 def pipeline(config: Config) -> Iterator[Context]:
     """A context to run components in: the session, the data dir, progress reporting."""
     spark = spark_session(config.spark)
-    ctx = Context(spark, config, Layout(config.data_dir), RunStats())
+    ctx = Context(spark, config, Layout.of(config.data_dir), RunStats())
     listener = ProgressListener(ctx.stats)
     spark.streams.addListener(listener)
     try:
@@ -73,7 +73,7 @@ def run_once(ctx: Context, components: Sequence[Component],
             raise _failure(component.name, exc) from exc
         last = query.lastProgress
         if last is not None:
-            ctx.stats.wait_for_batch(component.name, int(last["batchId"]))
+            ctx.stats.wait_for_batch(str(query.runId), int(last["batchId"]))
         log.info("%s: done in %.1f s", component.name, time.monotonic() - began)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from importlib import resources
 
 from py4j.java_gateway import JavaClass
@@ -62,6 +63,7 @@ def spark_session(settings: SparkSettings) -> SparkSession:
             if not spark.conf.isModifiable(key):
                 continue
             spark.conf.set(key, value)
+        spark.sparkContext.setLogLevel(settings.log_level)
         _require_delta(spark)
         return spark
 
@@ -70,6 +72,8 @@ def spark_session(settings: SparkSettings) -> SparkSession:
     if settings.master.startswith("local"):
         conf.update(_LOCAL_ONLY_CONF)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers (if any) run in this interpreter's environment.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf["spark.driver.extraJavaOptions"] = _log4j_options()
     if settings.manage_jars:
         conf.update(jars.jar_conf(settings))

@@ -12,7 +12,7 @@ def _events(spark, rows):
     """rows: (minute, visitor, type, entries[, revenue, units, page_load])."""
     data = []
     for i, (minute, visitor, kind, entries, *rest) in enumerate(rows):
-        revenue, units, load = (rest + [None, None, None])[:3]
+        revenue, units, load = ([*rest, None, None, None])[:3]
         ts = T0 + timedelta(minutes=minute)
         data.append((f"e{i}", ts, "s", visitor, kind, "/", entries,
                      Decimal(revenue) if revenue else None, units, load, "f", T0, ts.date()))

@@ -15,7 +15,7 @@ def _events(spark, rows):
     data = []
     for i, row in enumerate(rows):
         session, offset, kind, *rest = row
-        revenue, units, experiments, visitor = (rest + [None, None, None, None])[:4]
+        revenue, units, experiments, visitor = ([*rest, None, None, None, None])[:4]
         data.append((f"e{i}", T0 + offset, session, visitor or "v1", kind, "/",
                      experiments or [("exp", "control", False)],
                      Decimal(revenue) if revenue is not None else None, units, None,

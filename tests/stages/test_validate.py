@@ -2,7 +2,6 @@ import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import pytest
 from pyspark.sql import functions as F
 
 from abstream.generator import GeneratorSettings, generate

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.config import Config
-from abstream.io.sinks import checkpoint_writer_id
+from abstream.io.sinks import writer_id
 from abstream.layout import Layout
 from abstream.progress import RunStats
 
@@ -40,19 +40,13 @@ class Component:
 def stream_writer(ctx: Context, name: str, stream: DataFrame, write: BatchWrite,
                   output_mode: str = "append") -> DataStreamWriter:
     """``stream`` written batch by batch with ``write``, checkpointed under the data dir."""
-    checkpoint = ctx.layout.checkpoint(name)
-    checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    writer_ids: list[str] = []
-
     def for_each_batch(batch: DataFrame, batch_id: int) -> None:
-        if not writer_ids:
-            writer_ids.append(checkpoint_writer_id(checkpoint, name))
-        counts = write(batch, batch_id, writer_ids[0])
+        counts = write(batch, batch_id, writer_id(batch.sparkSession, name))
         ctx.stats.wrote(name, batch_id, **counts)
 
     return (
         stream.writeStream.queryName(name)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", ctx.layout.checkpoint(name))
         .outputMode(output_mode)
         .foreachBatch(for_each_batch)
     )

@@ -7,10 +7,8 @@ a failure, a write that already committed is skipped: a replay changes nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -19,14 +17,17 @@ TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
-def checkpoint_writer_id(checkpoint: Path, component: str) -> str:
-    """A transaction app id tied to this checkpoint (its query id survives restarts).
+def writer_id(spark: SparkSession, component: str) -> str:
+    """The transaction app id of the running query's writes: tied to its checkpoint.
 
-    A new checkpoint (say, after deleting the old one to reprocess) gets a new id, so its
+    Called inside ``foreachBatch``: the query id is kept in the checkpoint and survives
+    restarts, while a new checkpoint (say, one deleted to reprocess) gets a new id, so its
     batch ids, which start again at 0, are not mistaken for batches already written.
     """
-    metadata = json.loads((checkpoint / "metadata").read_text(encoding="utf-8"))
-    return f"abstream-{component}-{metadata['id']}"
+    query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+    if not query_id:
+        raise RuntimeError("writer_id() is for foreachBatch functions of a streaming query")
+    return f"abstream-{component}-{query_id}"
 
 
 def append(batch: DataFrame, path: str, writer_id: str, batch_id: int,

@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 
-def landing_lines(spark: SparkSession, landing: Path, max_files_per_trigger: int) -> DataFrame:
+def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int) -> DataFrame:
     """Every line of every file in ``landing`` as ``value``, with its file and arrival time.
 
     Files whose names start with '.' or '_' are ignored, so writers can create a file under
     a hidden name and rename it when complete.
     """
-    landing.mkdir(parents=True, exist_ok=True)
+    make_dirs(spark, landing)
     return (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", max_files_per_trigger)
-        .load(str(landing))
+        .load(landing)
         .select(
             "value",
             F.col("_metadata.file_path").alias("source_file"),
             F.current_timestamp().alias("ingested_at"),
         )
     )
+
+
+def make_dirs(spark: SparkSession, location: str) -> None:
+    """Create a folder on whatever file system holds it (local, HDFS, S3, ...)."""
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    path.getFileSystem(spark._jsc.hadoopConfiguration()).mkdirs(path)
 
 
 def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -22,8 +21,8 @@ class TableSpec:
     schema: StructType
     partition_by: tuple[str, ...] = ()
 
-    def path(self, layout: Layout) -> Path:
-        return getattr(layout, self.name)
+    def path(self, layout: Layout) -> str:
+        return str(getattr(layout, self.name))
 
 
 EVENTS_TABLE = TableSpec("events", EVENTS, ("event_date",))
@@ -36,8 +35,10 @@ ALL_TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE)
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
     """Create the table with its schema if it does not exist yet; return its path."""
     path = str(spec.path(layout))
-    if not DeltaTable.isDeltaTable(spark, path):
-        log.debug("creating Delta table %s at %s", spec.name, path)
+    if DeltaTable.isDeltaTable(spark, path):
+        return path
+    log.debug("creating Delta table %s at %s", spec.name, path)
+    try:
         (
             DeltaTable.createIfNotExists(spark)
             .location(path)
@@ -45,6 +46,10 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
             .partitionedBy(*spec.partition_by)
             .execute()
         )
+    except Exception:
+        # Another process or query created it at the same moment: fine if it exists now.
+        if not DeltaTable.isDeltaTable(spark, path):
+            raise
     return path
 
 

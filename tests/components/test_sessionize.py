@@ -1,0 +1,45 @@
+from datetime import datetime, timedelta
+
+from abstream.components import COMPONENTS
+from abstream.io.tables import EVENTS_TABLE, SESSIONS_TABLE, ensure_table, read_table
+from abstream.runner import run_once
+from abstream.schemas import EVENTS
+from tests.helpers import reconfigure
+
+T0 = datetime(2026, 1, 5, 10, 0)
+ENTRIES = [("exp", "control", False)]
+
+
+def _append(ctx, rows):
+    """One bronze commit (one micro-batch with maxFilesPerTrigger=1): (id, session, ts)."""
+    path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    data = [(event_id, ts, session, "v", "pageview", "/", ENTRIES, None, None, 100, "f", T0,
+             ts.date()) for event_id, session, ts in rows]
+    ctx.spark.createDataFrame(data, EVENTS).coalesce(1).write.format("delta") \
+        .mode("append").save(path)
+
+
+def _visits(ctx):
+    rows = read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).collect()
+    return sorted((r["session_id"], r["events"]) for r in rows)
+
+
+def test_session_boundary_holds_across_micro_batches(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    gap = timedelta(minutes=35)
+    _append(ctx, [("a1", "exact", T0), ("b1", "over", T0)])
+    _append(ctx, [("a2", "exact", T0 + gap), ("b2", "over", T0 + gap + timedelta(milliseconds=1))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("exact", 2), ("over", 1), ("over", 1)]
+    assert ctx.stats.component("sessionize").batches >= 3
+
+
+def test_events_behind_the_watermark_are_dropped_and_counted(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1)
+    _append(ctx, [("a", "s1", T0 + timedelta(hours=3))])
+    _append(ctx, [("b", "s2", T0 + timedelta(hours=6))])
+    _append(ctx, [("late", "s3", T0)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").late_rows_dropped == 1
+    assert ("s3", 1) not in _visits(ctx)

@@ -1,0 +1,107 @@
+"""The command line as a user meets it: real processes, real output."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ABSTREAM = [sys.executable, "-m", "abstream"]
+
+
+def _run(args, env=None, timeout=60, **kwargs):
+    return subprocess.run([*ABSTREAM, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, check=False, **kwargs)
+
+
+def test_help_lists_the_commands():
+    result = _run(["--help"])
+    assert result.returncode == 0
+    for command in ("generate", "run", "demo", "jars"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["run"], {"ABSTREAM__SESSIONIZE__GAP": "soon"}, "config: sessionize.gap:"),
+    (["run", "--config", "/nonexistent.yaml"], {}, "cannot read config file"),
+    (["run", "--once", "ingset"], {}, "unknown component 'ingset'"),
+    (["generate", "--events", "10", "--effect", "happiness=0.1"], {}, "unknown effect"),
+])
+def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
+    result = _run([*args, "--data-dir", str(tmp_path)], env=env)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "Traceback" not in result.stderr and "at org.apache" not in result.stderr
+
+
+def test_argument_errors_come_from_argparse(tmp_path):
+    result = _run(["generate", "--events", "10", "--effect", "conversion"])
+    assert result.returncode == 2
+    assert "expected METRIC=LIFT" in result.stderr
+
+
+def test_generate_writes_landing_files_and_reports_them(tmp_path):
+    result = _run(["generate", "--events", "2500", "--seed", "3", "--file-events", "1000",
+                   "--data-dir", str(tmp_path), "--json"])
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 2500
+    assert summary["records"] == summary["events"] + summary["duplicates"] + \
+        summary["malformed"]
+    files = sorted((tmp_path / "landing").glob("beacons-*.jsonl"))
+    assert len(files) == 3
+    assert sum(len(f.read_text().splitlines()) for f in files) == 2500
+
+
+@pytest.mark.slow
+def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
+    result = _run(["demo", "--events", "4000", "--data-dir", str(tmp_path / "demo"), "--json"],
+                  timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    for key in ("events_generated", "bronze_rows", "rejected_rows", "duplicate_rows", "visits",
+                "gold_rows", "elapsed_seconds"):
+        assert key in figures
+    assert figures["events_generated"] == 4000
+    assert figures["reconciled"] is True
+    assert figures["events_generated"] == figures["bronze_rows"] + figures["rejected_rows"] + \
+        figures["duplicate_rows"]
+    assert figures["visits"] > 0 and figures["gold_rows"] > 0
+    assert any(line.startswith("checkout_button") for line in lines)
+    assert any(line.startswith("reconciliation:") and "[ok]" in line for line in lines)
+    assert "ingest     batch 0" in result.stderr, "progress is shown"
+
+
+def test_demo_never_wipes_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep")
+    refused = _run(["demo", "--data-dir", str(tmp_path)])
+    assert refused.returncode == 2 and "not made by a demo" in refused.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep"
+
+
+@pytest.mark.slow
+def test_run_stops_cleanly_on_sigterm(tmp_path):
+    data = tmp_path / "data"
+    generated = _run(["generate", "--events", "300", "--data-dir", str(data)])
+    assert generated.returncode == 0
+    process = subprocess.Popen(
+        [*ABSTREAM, "run", "ingest", "--data-dir", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "ABSTREAM__INGEST__TRIGGER": "1 second"})
+    log = data / "tables" / "events" / "_delta_log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(log.glob("*0001.json")):
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "finishing the current micro-batch" in stderr
+    assert "ingest: 1 batches" in stderr or "ingest: 2 batches" in stderr, stderr[-2000:]
+    assert Path(data / "checkpoints" / "ingest" / "commits" / "0").exists()

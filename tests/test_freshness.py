@@ -1,0 +1,59 @@
+"""An order reaches gold within seconds of arriving, long before its visit closes."""
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from abstream.components import COMPONENTS
+from abstream.io.tables import METRICS_TABLE, SESSIONS_TABLE, read_table
+from abstream.runner import run_continuously
+from tests.helpers import beacon, dumps, reconfigure, write_lines
+
+
+@pytest.mark.slow
+def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
+    for section in ("ingest", "sessionize", "metrics"):
+        ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
+    stop = threading.Event()
+    runner = threading.Thread(target=run_continuously,
+                              args=(ctx, list(COMPONENTS.values()), stop))
+    now = datetime.now(UTC)
+    ts = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    entries = [{"id": "exp", "variant": "treatment", "qualified": True}]
+    runner.start()
+    try:
+        write_lines(Path(ctx.layout.landing), "warm.jsonl",
+                    [dumps(beacon("w1", ts, session="w", experiments=entries))])
+        _wait(lambda: _gold_orders(ctx) is not None, 180)
+        landed = time.monotonic()
+        write_lines(Path(ctx.layout.landing), "order.jsonl", [
+            dumps(beacon("o1", ts, session="s", experiments=entries, kind="order",
+                         revenue=42.5, units=1))])
+        _wait(lambda: _gold_orders(ctx) == 1, 60)
+        seconds = time.monotonic() - landed
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    print(f"order landed -> in gold: {seconds:.1f} s")
+    assert seconds < 30
+    assert read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).count() == 0, \
+        "the visit is still open: the order did not wait for it"
+
+
+def _gold_orders(ctx):
+    gold = read_table(ctx.spark, METRICS_TABLE, ctx.layout)
+    row = gold.where("population = 'assigned'").agg(F.sum("orders").alias("n")).first()
+    return row["n"]
+
+
+def _wait(condition, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    pytest.fail("timed out")

@@ -1,0 +1,69 @@
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from abstream.components import COMPONENTS, select
+from abstream.errors import UsageError
+from abstream.io.tables import EVENTS_TABLE, read_table
+from abstream.runner import run_continuously
+from tests.helpers import beacon, dumps, reconfigure, write_lines
+
+TS = "2026-01-05T10:00:00.000Z"
+
+
+def _committed(checkpoint, kind):
+    return {int(p.name) for p in (checkpoint / kind).iterdir() if p.name.isdigit()}
+
+
+def _wait_for(condition, what, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
+    ctx = reconfigure(ctx, "ingest", trigger=timedelta(milliseconds=500))
+    stop = threading.Event()
+    errors = []
+
+    def run():
+        try:
+            run_continuously(ctx, [COMPONENTS["ingest"]], stop)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def bronze_rows():
+        return read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        write_lines(Path(ctx.layout.landing), "small.jsonl",
+                    [dumps(beacon(f"a{i}", TS)) for i in range(20)])
+        _wait_for(lambda: bronze_rows() == 20, "the first file to be ingested")
+        write_lines(Path(ctx.layout.landing), "large.jsonl",
+                    [dumps(beacon(f"b{i}", TS)) for i in range(60_000)])
+        _wait_for(lambda: any(q.status["isTriggerActive"] and q.status["isDataAvailable"]
+                              for q in ctx.spark.streams.active), "a busy micro-batch")
+    finally:
+        stop.set()
+        runner.join(timeout=180)
+    assert not runner.is_alive()
+    assert not errors
+    assert not ctx.spark.streams.active
+    assert bronze_rows() == 60_020, "the batch in flight was finished, not abandoned"
+    checkpoint = Path(ctx.layout.checkpoint("ingest"))
+    assert _committed(checkpoint, "offsets") == _committed(checkpoint, "commits")
+
+
+def test_components_are_chosen_by_name_in_pipeline_order():
+    assert [c.name for c in select(["metrics", "ingest"])] == ["ingest", "metrics"]
+    assert [c.name for c in select([])] == ["ingest", "sessionize", "metrics"]
+    with pytest.raises(UsageError, match="unknown component 'ingset'"):
+        select(["ingset"])
