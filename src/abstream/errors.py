@@ -23,3 +23,9 @@ def first_line(exc: BaseException) -> str:
     """The first non-blank line of an exception's message (Java errors carry pages)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+class Interrupted(AbstreamError):
+    """The user asked to stop (Ctrl-C, SIGTERM) before the work was done."""
+
+    exit_code = 130

@@ -19,7 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from abstream.components import Component, Context
 from abstream.config import Config
 from abstream.durations import spark_interval
-from abstream.errors import AbstreamError, first_line
+from abstream.errors import AbstreamError, Interrupted, first_line
 from abstream.layout import Layout
 from abstream.progress import ProgressListener, RunStats
 from abstream.spark import spark_session
@@ -62,13 +62,14 @@ def run_once(ctx: Context, components: Sequence[Component],
     output), then return."""
     for component in components:
         began = time.monotonic()
-        log.info("%s: processing all available input", component.name)
+        log.info("%s: %s -> %s, all available input", component.name,
+                 ", ".join(component.reads), ", ".join(component.writes))
         query = _start(ctx, component, once=True)
         try:
             while not query.awaitTermination(POLL_SECONDS):
                 if stop is not None and stop.is_set():
                     _stop_gracefully([query])
-                    return
+                    raise Interrupted(f"stopped during {component.name}; run again to resume")
         except StreamingQueryException as exc:
             raise _failure(component.name, exc) from exc
         last = query.lastProgress
@@ -84,8 +85,8 @@ def run_continuously(ctx: Context, components: Sequence[Component],
     try:
         for component in components:
             queries[component.name] = _start(ctx, component, once=False)
-            log.info("%s: running every %s", component.name,
-                     spark_interval(component.trigger(ctx.config)))
+            log.info("%s: %s -> %s, every %s", component.name, ", ".join(component.reads),
+                     ", ".join(component.writes), spark_interval(component.trigger(ctx.config)))
         while not stop.is_set():
             for name, query in queries.items():
                 if not query.isActive:
