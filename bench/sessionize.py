@@ -144,6 +144,7 @@ def build_bronze(spark: SparkSession, work: Path, events: int, seed: int) -> tup
     for number, path in enumerate(files, 1):
         raw = spark.read.text(str(path)).select(
             "value", F.lit(path.name).alias("source_file"),
+            F.lit(datetime.now(UTC)).alias("arrived_at"),
             F.lit(datetime.now(UTC)).alias("ingested_at"))
         parsed = parse_beacons(raw, 65_536, timedelta(days=1))
         valid_events(drop_duplicate_events(parsed, timedelta(minutes=10))).write \

@@ -101,6 +101,13 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="COMPONENT", help=f"any of {', '.join(COMPONENT_NAMES)} (default all)")
     run.add_argument("--once", action="store_true",
                      help="process all available input (AvailableNow) and exit")
+    run.add_argument("--no-exporter", action="store_true",
+                     help="do not serve the Prometheus metrics endpoint")
+
+    exporter = commands.add_parser(
+        "exporter", parents=[common],
+        help="serve lag and table metrics for Prometheus (no Spark needed)")
+    exporter.add_argument("--port", type=int, help="override monitor.exporter.port")
 
     demo = commands.add_parser("demo", parents=[common],
                                help="generate beacons, run the speed layer, show the results")
@@ -110,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="planted lift (default conversion=0.10)")
     demo.add_argument("--json", action="store_true",
                       help="print the figures as one JSON object on the last line")
+
+    lag = commands.add_parser("lag", parents=[common],
+                              help="how far behind each component is (no Spark needed)")
+    lag.add_argument("--json", action="store_true", help="print a JSON list of rows")
 
     jars = commands.add_parser("jars", parents=[common],
                                help="fetch the JVM packages once and list the JAR files")
@@ -129,14 +140,14 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
-def _stop_on_signals() -> threading.Event:
+def _stop_on_signals(what: str = "finishing the current micro-batch, then stopping"
+                     ) -> threading.Event:
     stop = threading.Event()
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        log.warning("received %s: finishing the current micro-batch, then stopping "
-                    "(again to abort)", signal.Signals(signum).name)
+        log.warning("received %s: %s (again to abort)", signal.Signals(signum).name, what)
         stop.set()
 
     signal.signal(signal.SIGINT, handle)
@@ -172,15 +183,26 @@ def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_run(args: argparse.Namespace, config: Config) -> int:
     from abstream.components import select
+    from abstream.monitor.exporter import Exporter
     from abstream.runner import pipeline, run_continuously, run_once
 
     components = select(args.components)
     stop = _stop_on_signals()
-    with pipeline(config) as ctx:
-        if args.once:
-            run_once(ctx, components, stop)
-        else:
-            run_continuously(ctx, components, stop)
+    exporter = Exporter(config)
+    if not args.no_exporter:
+        try:
+            exporter.serve()
+        except AbstreamError as exc:
+            log.warning("%s; running without the metrics endpoint", exc)
+    try:
+        with pipeline(config, exporter) as ctx:
+            if args.once:
+                run_once(ctx, components, stop)
+            else:
+                run_continuously(ctx, components, stop)
+    finally:
+        exporter.push()
+        exporter.stop()
     for name, stats in ctx.stats.as_dict().items():
         written = ", ".join(f"{v:,} {k}" for k, v in stats["written"].items()) or "nothing"
         log.info("%s: %d batches, %s rows in, wrote %s; %s duplicates and %s late rows "
@@ -214,6 +236,51 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     return 0 if result.reconciled else 1
 
 
+def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
+    from abstream.lag import LagMonitor
+    from abstream.monitor.targets import monitored_sources
+
+    rows = LagMonitor(monitored_sources(config)).rows()
+    if args.json:
+        print(json.dumps([row.to_dict() for row in rows]))
+        return 0
+    header = ("component", "source", "status", "lag", "oldest unprocessed", "unprocessed",
+              "bytes", "last batch")
+    lines = [header] + [(
+        row.component, row.source, row.status, _seconds(row.lag_seconds),
+        row.oldest_unprocessed_commit_ts or "-",
+        f"{row.unprocessed_versions} {'files' if row.source_kind == 'files' else 'versions'}",
+        f"{row.unprocessed_bytes:,}",
+        "-" if row.last_committed_batch is None else str(row.last_committed_batch),
+    ) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    for row in rows:
+        if row.detail and row.status == "error":
+            log.warning("%s on %s: %s", row.component, row.source, row.detail)
+    return 0
+
+
+def _seconds(value: float) -> str:
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _cmd_exporter(args: argparse.Namespace, config: Config) -> int:
+    from abstream.monitor.exporter import serve_until_stopped
+
+    if args.port is not None:
+        exporter = config.monitor.exporter.model_copy(update={"port": args.port})
+        config = config.model_copy(update={
+            "monitor": config.monitor.model_copy(update={"exporter": exporter})})
+    serve_until_stopped(config, _stop_on_signals("stopping"))
+    return 0
+
+
 def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
     from abstream.jars import fetch
 
@@ -222,7 +289,8 @@ def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo, "jars": _cmd_jars}
+COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo, "lag": _cmd_lag,
+            "exporter": _cmd_exporter, "jars": _cmd_jars}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

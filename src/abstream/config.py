@@ -104,12 +104,38 @@ class MetricsSettings(_Section):
         return self
 
 
+class MonitoredComponentSettings(_Section):
+    """A streaming query to watch: its checkpoint and one source it reads."""
+
+    name: str = Field(min_length=1)
+    checkpoint: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    slo: Duration | None = None
+
+
+class ExporterSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=9108, ge=0, le=65535)
+
+
+class MonitorSettings(_Section):
+    """Lag monitoring: abstream's own components unless ``components`` lists others."""
+
+    components: list[MonitoredComponentSettings] = Field(default_factory=list)
+    include_own: bool = True
+    tables: list[str] = Field(default_factory=list)
+    slo: Duration = timedelta(minutes=15)
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings)
+    pushgateway: str | None = None
+
+
 class Config(_Section):
     data_dir: str = "abstream-data"
     spark: SparkSettings = Field(default_factory=SparkSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
         return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})

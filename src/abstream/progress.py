@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,16 +100,24 @@ class RunStats:
 
 
 class ProgressListener(StreamingQueryListener):
-    """Logs each micro-batch of every query and feeds ``RunStats``."""
+    """Logs each micro-batch of every query, feeds ``RunStats`` and any other consumer of
+    progress events (the exporter's query metrics)."""
 
-    def __init__(self, stats: RunStats) -> None:
+    def __init__(self, stats: RunStats,
+                 consumers: Sequence[Callable[[dict[str, Any]], None]] = ()) -> None:
         self.stats = stats
+        self.consumers = list(consumers)
 
     def onQueryStarted(self, event: Any) -> None:
         log.debug("%s started (id %s)", event.name, event.id)
 
     def onQueryProgress(self, event: Any) -> None:
         progress = json.loads(event.progress.json)
+        for consume in self.consumers:
+            try:
+                consume(progress)
+            except Exception:
+                log.exception("a progress consumer failed on %s", progress.get("name"))
         _, written = self.stats.progressed(progress)
         rows = int(progress.get("numInputRows") or 0)
         if rows == 0 and not written:

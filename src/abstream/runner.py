@@ -21,6 +21,7 @@ from abstream.config import Config
 from abstream.durations import spark_interval
 from abstream.errors import AbstreamError, Interrupted, first_line
 from abstream.layout import Layout
+from abstream.monitor.exporter import Exporter
 from abstream.progress import ProgressListener, RunStats
 from abstream.spark import spark_session
 
@@ -44,11 +45,13 @@ def _failure(component: str, exc: BaseException) -> AbstreamError:
 
 
 @contextmanager
-def pipeline(config: Config) -> Iterator[Context]:
-    """A context to run components in: the session, the data dir, progress reporting."""
+def pipeline(config: Config, exporter: Exporter | None = None) -> Iterator[Context]:
+    """A context to run components in: the session, the data dir, progress reporting (and
+    the exporter's query metrics, when there is one)."""
     spark = spark_session(config.spark)
     ctx = Context(spark, config, Layout.of(config.data_dir), RunStats())
-    listener = ProgressListener(ctx.stats)
+    consumers = [exporter.queries.observe] if exporter is not None else []
+    listener = ProgressListener(ctx.stats, consumers)
     spark.streams.addListener(listener)
     try:
         yield ctx

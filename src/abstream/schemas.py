@@ -63,6 +63,7 @@ EVENTS = StructType(
         StructField("units", LongType()),
         StructField("page_load_ms", LongType()),
         StructField("source_file", StringType()),
+        StructField("arrived_at", TimestampType()),
         StructField("ingested_at", TimestampType(), False),
         StructField("event_date", DateType(), False),
     ]
@@ -74,6 +75,7 @@ REJECTED = StructType(
         StructField("raw", StringType()),
         StructField("reason", StringType(), False),
         StructField("source_file", StringType()),
+        StructField("arrived_at", TimestampType()),
         StructField("ingested_at", TimestampType(), False),
         StructField("ingest_date", DateType(), False),
     ]

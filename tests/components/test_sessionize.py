@@ -14,7 +14,7 @@ def _append(ctx, rows):
     """One bronze commit (one micro-batch with maxFilesPerTrigger=1): (id, session, ts)."""
     path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
     data = [(event_id, ts, session, "v", "pageview", "/", ENTRIES, None, None, 100, "f", T0,
-             ts.date()) for event_id, session, ts in rows]
+             T0, ts.date()) for event_id, session, ts in rows]
     ctx.spark.createDataFrame(data, EVENTS).coalesce(1).write.format("delta") \
         .mode("append").save(path)
 

@@ -15,7 +15,8 @@ def _events(spark, rows):
         revenue, units, load = ([*rest, None, None, None])[:3]
         ts = T0 + timedelta(minutes=minute)
         data.append((f"e{i}", ts, "s", visitor, kind, "/", entries,
-                     Decimal(revenue) if revenue else None, units, load, "f", T0, ts.date()))
+                     Decimal(revenue) if revenue else None, units, load, "f", T0, T0,
+                     ts.date()))
     return spark.createDataFrame(data, EVENTS)
 
 

@@ -19,7 +19,7 @@ def _events(spark, rows):
         data.append((f"e{i}", T0 + offset, session, visitor or "v1", kind, "/",
                      experiments or [("exp", "control", False)],
                      Decimal(revenue) if revenue is not None else None, units, None,
-                     "f", T0, (T0 + offset).date()))
+                     "f", T0, T0, (T0 + offset).date()))
     return spark.createDataFrame(data, EVENTS)
 
 

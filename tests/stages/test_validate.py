@@ -19,8 +19,9 @@ TS = "2026-11-22T10:15:30.123Z"
 
 
 def _parse(spark, lines, max_bytes=65_536):
-    raw = spark.createDataFrame([(line, "file:/landing/f.jsonl", NOW) for line in lines],
-                                "value string, source_file string, ingested_at timestamp")
+    raw = spark.createDataFrame(
+        [(line, "file:/landing/f.jsonl", NOW, NOW) for line in lines],
+        "value string, source_file string, arrived_at timestamp, ingested_at timestamp")
     return parse_beacons(raw, max_bytes, timedelta(days=1))
 
 

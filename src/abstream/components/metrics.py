@@ -28,8 +28,9 @@ def build(ctx: Context) -> DataStreamWriter:
     events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
     sessions_path = ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout)
     gold_path = ensure_table(ctx.spark, METRICS_TABLE, ctx.layout)
-    events = delta_stream(ctx.spark, events_path, settings.max_files_per_trigger) \
-        .withWatermark("event_ts", lateness)
+    events = metrics.observe_freshness(
+        delta_stream(ctx.spark, events_path, settings.max_files_per_trigger)
+        .withWatermark("event_ts", lateness))
     visits = delta_stream(ctx.spark, sessions_path, settings.max_files_per_trigger) \
         .where(F.col("layer") == SPEED).withWatermark("visit_start", lateness)
     windowing = metrics.Windowing(settings.window, settings.slide)

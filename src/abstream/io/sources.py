@@ -7,7 +7,8 @@ from pyspark.sql import functions as F
 
 
 def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int) -> DataFrame:
-    """Every line of every file in ``landing`` as ``value``, with its file and arrival time.
+    """Every line of every file in ``landing`` as ``value``, with its file, when the file
+    arrived (its modification time) and when this micro-batch read it.
 
     Files whose names start with '.' or '_' are ignored, so writers can create a file under
     a hidden name and rename it when complete.
@@ -20,6 +21,7 @@ def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int)
         .select(
             "value",
             F.col("_metadata.file_path").alias("source_file"),
+            F.col("_metadata.file_modification_time").alias("arrived_at"),
             F.current_timestamp().alias("ingested_at"),
         )
     )

@@ -18,6 +18,10 @@ from pyspark.sql import functions as F
 from abstream.durations import spark_interval
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL, POPULATIONS
 
+#: Name of the observed metrics of gold freshness, and its histogram buckets (seconds).
+FRESHNESS = "freshness"
+FRESHNESS_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 3600, 21600, 86400)
+
 _LONG_MEASURES = ("events", "pageviews", "add_to_carts", "orders", "units", "errors",
                   "page_load_ms_sum", "page_load_count", "visits", "bounces", "error_visits")
 _MONEY_MEASURES = {"revenue": MONEY_TOTAL, "revenue_sq": MONEY_SQUARED}
@@ -129,6 +133,19 @@ def experiment_metrics(
         "visitors_sketch",
         F.coalesce(F.hll_sketch_estimate("visitors_sketch"), F.lit(0)).alias("visitors"),
         *_LONG_MEASURES, *_MONEY_MEASURES,
+    )
+
+
+def observe_freshness(events: DataFrame) -> DataFrame:
+    """Observe, per micro-batch, how old each event is when it is aggregated: gold's
+    ``computed_at`` (the batch time, ``current_timestamp()``) minus ``event_ts``, as
+    cumulative bucket counts, their sum and count (Prometheus histogram parts)."""
+    age = (F.unix_micros(F.current_timestamp()) - F.unix_micros(F.col("event_ts"))) / 1e6
+    return events.observe(
+        FRESHNESS,
+        F.count(F.lit(1)).alias("count"),
+        F.sum(age).alias("sum"),
+        *(F.count_if(age <= bound).alias(f"le_{bound}") for bound in FRESHNESS_BUCKETS),
     )
 
 

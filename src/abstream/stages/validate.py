@@ -1,6 +1,7 @@
 """Parse and validate raw beacon lines; every refused line gets a reason, nothing is lost.
 
-Input: ``value`` (the raw line), ``source_file``, ``ingested_at``. Output: the bronze columns,
+Input: ``value`` (the raw line), ``source_file``, ``arrived_at``, ``ingested_at``. Output: the
+bronze columns,
 plus ``raw`` and ``reason`` (NULL for a valid event). Reasons are ``code`` or ``code:field``:
 
 - ``oversized_record``, ``empty_record``, ``malformed_json`` (not one JSON object)
@@ -68,7 +69,7 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
     value = F.col("value")
     j = F.from_json(value, BEACON, {"columnNameOfCorruptRecord": CORRUPT_COLUMN,
                                     "mode": "PERMISSIVE"})
-    parsed = raw.select("value", "source_file", "ingested_at", j.alias("j"))
+    parsed = raw.select("value", "source_file", "arrived_at", "ingested_at", j.alias("j"))
     b = F.col("j")
     ts = parse_timestamp(b["event_ts"])
     latest_allowed = F.col("ingested_at") + F.expr(f"INTERVAL {spark_interval(future_tolerance)}")
@@ -118,6 +119,7 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
         F.when(is_order, b["units"]).alias("units"),
         F.when(b["type"] == "pageview", b["page_load_ms"]).alias("page_load_ms"),
         F.col("source_file"),
+        F.col("arrived_at"),
         F.col("ingested_at"),
         F.to_date(ts).alias("event_date"),
         value.alias("raw"),
@@ -133,7 +135,7 @@ def valid_events(parsed: DataFrame) -> DataFrame:
 def rejected_records(parsed: DataFrame) -> DataFrame:
     """The quarantine rows: the raw line, why it was refused, where it came from."""
     return parsed.where(F.col("reason").isNotNull()).select(
-        "raw", "reason", "source_file", "ingested_at",
+        "raw", "reason", "source_file", "arrived_at", "ingested_at",
         F.to_date("ingested_at").alias("ingest_date"),
     ).select(*REJECTED.fieldNames())
 

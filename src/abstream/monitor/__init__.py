@@ -1,0 +1,2 @@
+"""Monitoring: which queries and tables to watch (from the config), the Prometheus exporter,
+and the metrics of running components."""

@@ -1,0 +1,43 @@
+"""What the monitor watches: abstream's own components and whatever else the config lists."""
+
+from __future__ import annotations
+
+from abstream.components import COMPONENTS
+from abstream.config import Config
+from abstream.lag import MonitoredSource
+from abstream.layout import Layout
+
+
+def monitored_sources(config: Config) -> list[MonitoredSource]:
+    """One entry per (component, source): abstream's own unless turned off, then the
+    configured ones (any Spark job's query)."""
+    layout = Layout.of(config.data_dir)
+    default_slo = config.monitor.slo.total_seconds()
+    sources = []
+    if config.monitor.include_own:
+        sources = [MonitoredSource(c.name, layout.checkpoint(c.name), getattr(layout, read),
+                                   default_slo)
+                   for c in COMPONENTS.values() for read in c.reads]
+    for item in config.monitor.components:
+        slo = item.slo.total_seconds() if item.slo is not None else default_slo
+        sources.append(MonitoredSource(item.name, item.checkpoint, item.source, slo))
+    return sources
+
+
+def watched_tables(config: Config) -> dict[str, str]:
+    """name -> location of every Delta table whose version is exported: abstream's tables,
+    the Delta sources of monitored components, and ``monitor.tables``."""
+    layout = Layout.of(config.data_dir)
+    tables: dict[str, str] = {}
+    if config.monitor.include_own:
+        tables = {name: getattr(layout, name) for name in
+                  ("events", "rejected", "sessions", "experiment_metrics")}
+    for location in [*(s.source for s in monitored_sources(config)), *config.monitor.tables]:
+        if location not in tables.values() and location != layout.landing:
+            tables[table_name(location)] = location
+    return tables
+
+
+def table_name(location: str) -> str:
+    """A short label for a table: its folder name."""
+    return location.rstrip("/").rsplit("/", 1)[-1]

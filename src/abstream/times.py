@@ -1,0 +1,21 @@
+"""UTC timestamps as Prometheus, Delta and Spark write them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def iso_from_ms(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds (``2026-11-22T10:15:30.123Z``)."""
+    if ms is None:
+        return None
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def epoch_from_iso(text: str) -> float:
+    """ISO-8601 (``Z`` or an offset; no zone means UTC) as epoch seconds."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
