@@ -17,7 +17,7 @@ help:
 	@echo "make lint   ruff"
 
 system-deps:
-	@scripts/install-system-deps.sh $(if $(filter test,$(MAKECMDGOALS)),test,run)
+	@scripts/install-system-deps.sh $(if $(filter test test-fast,$(MAKECMDGOALS)),test,run)
 
 $(STAMP): pyproject.toml constraints.txt | system-deps
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,8 @@ test-fast: $(STAMP) jars
 
 bench: $(STAMP) jars
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
-	$(BIN)/python bench/sessionize.py $(ARGS)
+	$(BIN)/python bench/lag_scrape.py
+	$(BIN)/python bench/sessionize.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages abstream needs when they are missing.
 #   scripts/install-system-deps.sh run    Java 17 (Spark's JVM)
-#   scripts/install-system-deps.sh test   the same, plus what the test suite needs
+#   scripts/install-system-deps.sh test   the same, plus Prometheus and its Pushgateway
 set -euo pipefail
 
 want=()
@@ -13,6 +13,11 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
 fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   want+=(python3-venv)
+fi
+if [ "${1:-run}" = "test" ]; then
+  # Prometheus, promtool and the Pushgateway: the monitoring tests run the real ones.
+  command -v promtool >/dev/null 2>&1 || want+=(prometheus)
+  command -v prometheus-pushgateway >/dev/null 2>&1 || want+=(prometheus-pushgateway)
 fi
 
 if [ ${#want[@]} -eq 0 ]; then

@@ -54,6 +54,28 @@ def server(command: Sequence[str], ready_url: str, log: Path) -> Iterator[subpro
 def pushgateway(workdir: Path) -> Iterator[str]:
     port = free_port()
     address = f"127.0.0.1:{port}"
-    with server(["prometheus-pushgateway", f"--web.listen-address={address}"],
+    # Debian's build persists pushes to /var/lib by default: keep this one in memory.
+    with server(["prometheus-pushgateway", f"--web.listen-address={address}",
+                 "--persistence.file="],
                 f"http://{address}/-/ready", workdir / "pushgateway.log"):
+        yield address
+
+
+@contextmanager
+def prometheus(workdir: Path, targets: Sequence[str], rule_files: Sequence[Path] = (),
+               interval: str = "1s") -> Iterator[str]:
+    """A Prometheus scraping ``targets`` (honor_labels, like deploy/prometheus) with our
+    rules; yields its address."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    address = f"127.0.0.1:{free_port()}"
+    config = workdir / "prometheus.yml"
+    rules = "\n".join(f"  - {path}" for path in rule_files)
+    config.write_text(
+        f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
+        f"rule_files:\n{rules or '  []'}\n"
+        "scrape_configs:\n  - job_name: abstream\n    honor_labels: true\n"
+        f"    static_configs:\n      - targets: {list(targets)!r}\n".replace("'", '"'))
+    with server(["prometheus", f"--config.file={config}",
+                 f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address={address}"],
+                f"http://{address}/-/ready", workdir / "prometheus.log"):
         yield address

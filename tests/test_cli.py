@@ -2,13 +2,17 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.servers import free_port, pushgateway
 
 ABSTREAM = [sys.executable, "-m", "abstream"]
 
@@ -86,22 +90,35 @@ def test_demo_never_wipes_a_folder_it_did_not_make(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_stops_cleanly_on_sigterm(tmp_path):
+def test_run_serves_metrics_pushes_them_and_stops_cleanly_on_sigterm(tmp_path):
     data = tmp_path / "data"
     generated = _run(["generate", "--events", "300", "--data-dir", str(data)])
     assert generated.returncode == 0
-    process = subprocess.Popen(
-        [*ABSTREAM, "run", "ingest", "--data-dir", str(data)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "ABSTREAM__INGEST__TRIGGER": "1 second"})
-    log = data / "tables" / "events" / "_delta_log"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not any(log.glob("*0001.json")):
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    _stdout, stderr = process.communicate(timeout=120)
+    port = free_port()
+    with pushgateway(tmp_path) as gateway:
+        process = subprocess.Popen(
+            [*ABSTREAM, "run", "ingest", "--data-dir", str(data)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "ABSTREAM__INGEST__TRIGGER": "1 second",
+                 "ABSTREAM__MONITOR__EXPORTER__PORT": str(port),
+                 "ABSTREAM__MONITOR__PUSHGATEWAY": gateway})
+        log = data / "tables" / "events" / "_delta_log"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(log.glob("*0001.json")):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.5)
+        metrics, expected = "", 'abstream_query_input_rows_total{job="ingest"} 300.0'
+        while time.monotonic() < deadline and expected not in metrics:
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                             timeout=5).read().decode()
+            time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+        pushed = urllib.request.urlopen(f"http://{gateway}/metrics", timeout=5).read().decode()
     assert process.returncode == 0, stderr[-3000:]
     assert "finishing the current micro-batch" in stderr
-    assert "ingest: 1 batches" in stderr or "ingest: 2 batches" in stderr, stderr[-2000:]
+    assert re.search(r"ingest: \d+ batches, 300 rows in", stderr), stderr[-2000:]
     assert Path(data / "checkpoints" / "ingest" / "commits" / "0").exists()
+    assert 'abstream_component_lag_seconds{component="ingest"' in metrics
+    assert expected in metrics
+    assert 'abstream_query_input_rows_total{data_dir=' in pushed

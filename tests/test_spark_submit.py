@@ -34,7 +34,8 @@ def test_run_once_under_spark_submit(spark: SparkSession, tmp_path):
          "--driver-java-options", f"-Dlog4j2.configurationFile={log4j}",
          str(entry), "run", "--once", "--data-dir", layout.root],
         capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+             "ABSTREAM__MONITOR__EXPORTER__PORT": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     events = spark.read.format("delta").load(layout.events).count()
     gold = spark.read.format("delta").load(layout.experiment_metrics).count()

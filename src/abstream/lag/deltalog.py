@@ -72,6 +72,7 @@ class DeltaLogReader:
         self.versions: dict[int, Version] = {}
         self.table_id: str | None = None
         self.latest_version: int | None = None
+        self.latest_data_version: int | None = None
         self.earliest_version: int | None = None
         self._snapshots: dict[int, list[DataFile]] = {}
 
@@ -128,6 +129,8 @@ class DeltaLogReader:
         self.versions[version] = Version(version, timestamp_ms, tuple(added), tuple(rewritten),
                                          tuple(removed), tuple(added_min_ms))
         self.latest_version = version
+        if added:
+            self.latest_data_version = version
         if self.earliest_version is None:
             self.earliest_version = version
 

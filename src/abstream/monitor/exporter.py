@@ -92,9 +92,8 @@ class LagCollector(Collector):
             latest = reader.versions[reader.latest_version]
             version.add_metric([name], reader.latest_version)
             stamp.add_metric([name], latest.timestamp_ms / 1000)
-            data = reader.data_versions_after(-1)
-            if data:
-                data_version.add_metric([name], data[-1].version)
+            if reader.latest_data_version is not None:
+                data_version.add_metric([name], reader.latest_data_version)
         yield from (version, data_version, stamp)
 
 
