@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from abstream.components import Context
 from abstream.config import Config
@@ -63,3 +66,13 @@ def reconfigure(ctx: Context, section: str, **values: object) -> Context:
     """The same context with some settings of one config section changed."""
     settings = getattr(ctx.config, section).model_copy(update=values)
     return replace(ctx, config=ctx.config.model_copy(update={section: settings}))
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 90.0) -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")

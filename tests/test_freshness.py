@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from abstream.components import COMPONENTS
 from abstream.io.tables import METRICS_TABLE, SESSIONS_TABLE, read_table
 from abstream.runner import run_continuously
-from tests.helpers import beacon, dumps, reconfigure, write_lines
+from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
 
 
 @pytest.mark.slow
@@ -28,12 +28,12 @@ def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
     try:
         write_lines(Path(ctx.layout.landing), "warm.jsonl",
                     [dumps(beacon("w1", ts, session="w", experiments=entries))])
-        _wait(lambda: _gold_orders(ctx) is not None, 180)
+        wait_until(lambda: _gold_orders(ctx) is not None, "gold rows", 180)
         landed = time.monotonic()
         write_lines(Path(ctx.layout.landing), "order.jsonl", [
             dumps(beacon("o1", ts, session="s", experiments=entries, kind="order",
                          revenue=42.5, units=1))])
-        _wait(lambda: _gold_orders(ctx) == 1, 60)
+        wait_until(lambda: _gold_orders(ctx) == 1, "the order in gold", 60)
         seconds = time.monotonic() - landed
     finally:
         stop.set()
@@ -48,12 +48,3 @@ def _gold_orders(ctx):
     gold = read_table(ctx.spark, METRICS_TABLE, ctx.layout)
     row = gold.where("population = 'assigned'").agg(F.sum("orders").alias("n")).first()
     return row["n"]
-
-
-def _wait(condition, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    pytest.fail("timed out")

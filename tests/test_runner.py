@@ -1,5 +1,4 @@
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,22 +8,13 @@ from abstream.components import COMPONENTS, select
 from abstream.errors import UsageError
 from abstream.io.tables import EVENTS_TABLE, read_table
 from abstream.runner import run_continuously
-from tests.helpers import beacon, dumps, reconfigure, write_lines
+from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
 
 TS = "2026-01-05T10:00:00.000Z"
 
 
 def _committed(checkpoint, kind):
     return {int(p.name) for p in (checkpoint / kind).iterdir() if p.name.isdigit()}
-
-
-def _wait_for(condition, what, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
@@ -46,10 +36,10 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
     try:
         write_lines(Path(ctx.layout.landing), "small.jsonl",
                     [dumps(beacon(f"a{i}", TS)) for i in range(20)])
-        _wait_for(lambda: bronze_rows() == 20, "the first file to be ingested")
+        wait_until(lambda: bronze_rows() == 20, "the first file to be ingested")
         write_lines(Path(ctx.layout.landing), "large.jsonl",
                     [dumps(beacon(f"b{i}", TS)) for i in range(60_000)])
-        _wait_for(lambda: any(q.status["isTriggerActive"] and q.status["isDataAvailable"]
+        wait_until(lambda: any(q.status["isTriggerActive"] and q.status["isDataAvailable"]
                               for q in ctx.spark.streams.active), "a busy micro-batch")
     finally:
         stop.set()

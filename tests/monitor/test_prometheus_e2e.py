@@ -13,7 +13,7 @@ from abstream.components import COMPONENTS
 from abstream.generator import GeneratorSettings, generate
 from abstream.monitor.exporter import Exporter
 from abstream.runner import pipeline, run_once
-from tests.helpers import make_config
+from tests.helpers import make_config, wait_until
 from tests.servers import free_port, prometheus
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -36,15 +36,6 @@ def lag_series(address, start, end, source):
         else []
 
 
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.25)
-    pytest.fail("timed out")
-
-
 @pytest.mark.slow
 def test_stopped_fed_restarted(spark, tmp_path, capsys):
     config = make_config(tmp_path / "data", monitor={"exporter": {"port": free_port()}})
@@ -65,7 +56,7 @@ def test_stopped_fed_restarted(spark, tmp_path, capsys):
                     f'source="{events}"}}'))
                 return float(data["result"][0]["value"][1]) if data["result"] else None
 
-            wait_for(lambda: current() == 0.0)
+            wait_until(lambda: current() == 0.0, "a lag of 0 in Prometheus")
             # sessionize is stopped; new beacons arrive and ingest commits them to bronze.
             generate(GeneratorSettings(events=200, seed=3), landing)
             run_once(ctx, [COMPONENTS["ingest"]])
@@ -75,7 +66,7 @@ def test_stopped_fed_restarted(spark, tmp_path, capsys):
             time.sleep(8)
             restarted = time.time()
             run_once(ctx, [COMPONENTS["sessionize"]])
-            wait_for(lambda: current() == 0.0)
+            wait_until(lambda: current() == 0.0, "the lag back to 0 in Prometheus")
             caught_up = time.time()
 
             series = lag_series(address, committed, caught_up + 2, events)
