@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from abstream.components import Context
 from abstream.config import Config
@@ -76,3 +78,24 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 90.0
             return
         time.sleep(0.1)
     pytest.fail(f"timed out waiting for {what}")
+
+
+#: The measures DESIGN.md defines per experiment / variant / population.
+MEASURES = ("events", "pageviews", "orders", "revenue", "units", "visits", "bounces",
+            "error_visits")
+
+
+def landing_records(folder: Path) -> list[str]:
+    """Every line the generator wrote, in file order."""
+    return [line for path in sorted(folder.glob("beacons-*"))
+            for line in path.read_text().splitlines()]
+
+
+def totals(gold: DataFrame) -> dict[tuple[str, str, str], dict[str, int]]:
+    """Gold rows summed per (experiment, variant, population); revenue in cents, as the
+    plain-Python reference counts it."""
+    rows = gold.groupBy("experiment_id", "variant", "population").agg(
+        *(F.sum(m).alias(m) for m in MEASURES)).collect()
+    return {(r["experiment_id"], r["variant"], r["population"]):
+            {m: (round(r[m] * 100) if m == "revenue" else r[m]) for m in MEASURES}
+            for r in rows}

@@ -25,7 +25,7 @@ def _run(args, env=None, timeout=60, **kwargs):
 def test_help_lists_the_commands():
     result = _run(["--help"])
     assert result.returncode == 0
-    for command in ("generate", "run", "demo", "jars"):
+    for command in ("generate", "run", "demo", "batch", "serving", "lag", "exporter", "jars"):
         assert command in result.stdout
 
 
@@ -34,6 +34,9 @@ def test_help_lists_the_commands():
     (["run", "--config", "/nonexistent.yaml"], {}, "cannot read config file"),
     (["run", "--once", "ingset"], {}, "unknown component 'ingset'"),
     (["generate", "--events", "10", "--effect", "happiness=0.1"], {}, "unknown effect"),
+    (["batch", "--from", "2026-01-05T00:00Z"], {}, "--from and --to go together"),
+    (["batch", "--from", "2026-01-06", "--to", "2026-01-05"], {}, "needs --from before --to"),
+    (["batch", "--all"], {"ABSTREAM__BATCH__CHUNK": "0 hours"}, "config: batch:"),
 ])
 def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
     result = _run([*args, "--data-dir", str(tmp_path)], env=env)
@@ -41,6 +44,15 @@ def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, mes
     assert message in result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "Traceback" not in result.stderr and "at org.apache" not in result.stderr
+
+
+def test_serving_sql_defines_the_view_for_a_metastore(tmp_path):
+    result = _run(["serving", "--sql", "--name", "ab.serving", "--data-dir", str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    sql = result.stdout
+    assert sql.startswith("CREATE OR REPLACE VIEW ab.serving AS")
+    assert f"delta.`{tmp_path}/tables/experiment_metrics`" in sql
+    assert f"delta.`{tmp_path}/tables/batch_coverage`" in sql
 
 
 def test_argument_errors_come_from_argparse(tmp_path):
@@ -77,6 +89,9 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
     assert figures["events_generated"] == figures["bronze_rows"] + figures["rejected_rows"] + \
         figures["duplicate_rows"]
     assert figures["visits"] > 0 and figures["gold_rows"] > 0
+    assert figures["batch"]["events"] == figures["bronze_rows"], "the batch layer saw it all"
+    assert all(line.rstrip().endswith("final") for line in lines
+               if line.startswith(("checkout_button", "search_ranking", "homepage_banner")))
     assert any(line.startswith("checkout_button") for line in lines)
     assert any(line.startswith("reconciliation:") and "[ok]" in line for line in lines)
     assert "ingest     batch 0" in result.stderr, "progress is shown"

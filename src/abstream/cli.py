@@ -118,6 +118,27 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true",
                       help="print the figures as one JSON object on the last line")
 
+    batch = commands.add_parser(
+        "batch", parents=[common],
+        help="recompute closed event-time ranges from bronze (the final numbers)")
+    scope = batch.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--from", dest="start", type=_start, metavar="TIME",
+                       help="range start, ISO-8601 (UTC unless it names a zone); with --to")
+    scope.add_argument("--since-last", action="store_true",
+                       help="the closed ranges not computed yet, and computed ranges that "
+                            "got new data since (for cron or any scheduler)")
+    scope.add_argument("--all", action="store_true",
+                       help="everything in bronze; still-open visits end at the data's end")
+    batch.add_argument("--to", dest="end", type=_start, metavar="TIME",
+                       help="range end (exclusive), with --from")
+
+    serving = commands.add_parser(
+        "serving", parents=[common],
+        help="totals per experiment from the serving view (final or provisional)")
+    serving.add_argument("--sql", action="store_true",
+                         help="print the view's CREATE VIEW statement for a metastore instead")
+    serving.add_argument("--name", default="abstream_serving", help="the view's name")
+
     lag = commands.add_parser("lag", parents=[common],
                               help="how far behind each component is (no Spark needed)")
     lag.add_argument("--json", action="store_true", help="print a JSON list of rows")
@@ -228,12 +249,51 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     print(f"reconciliation: generated {result.generated.records:,} = bronze "
           f"{result.bronze_rows:,} + rejected {result.rejected_rows:,} + duplicates "
           f"{result.duplicate_rows:,}  [{mark}]")
-    print(f"{result.visits:,} closed visits, {result.gold_rows:,} gold rows; "
-          f"{figures['elapsed_seconds']} s end to end "
+    print(f"speed layer: {result.visits:,} closed visits, {result.gold_rows:,} gold rows; "
+          f"batch layer: {result.batch.visits:,} visits, {result.batch.metric_rows:,} gold rows "
+          f"from {result.batch.events:,} events in {result.batch.seconds:.1f} s")
+    print(f"{figures['elapsed_seconds']} s end to end "
           f"({figures['events_per_second']:,} events/s)")
     if args.json:
         print(json.dumps(figures))
     return 0 if result.reconciled else 1
+
+
+def _cmd_batch(args: argparse.Namespace, config: Config) -> int:
+    from abstream.batch import BatchRequest, run_batch
+    from abstream.runner import pipeline
+
+    if (args.start is None) != (args.end is None):
+        raise UsageError("--from and --to go together")
+    request = BatchRequest("range", args.start, args.end) if args.start else \
+        BatchRequest("since_last" if args.since_last else "all")
+    with pipeline(config) as ctx:
+        result = run_batch(ctx, request, _stop_on_signals("finishing the current chunk"))
+    ranges = ", ".join(map(str, result.ranges)) or "nothing new"
+    print(f"batch: {ranges}: {result.chunks} chunks, {result.events:,} events, "
+          f"{result.visits:,} visits, {result.metric_rows:,} gold rows in "
+          f"{result.seconds:.1f} s ({result.events_per_second:,.0f} events/s)")
+    return 0
+
+
+def _cmd_serving(args: argparse.Namespace, config: Config) -> int:
+    from abstream.layout import Layout
+
+    layout = Layout.of(config.data_dir)
+    if args.sql:
+        from abstream.serving import create_view_statement
+
+        print(create_view_statement(layout, args.name) + ";")
+        return 0
+    from abstream.serving import serving_view
+    from abstream.spark import spark_session
+    from abstream.stages.metrics import Windowing
+    from abstream.summary import format_table, variant_totals
+
+    spark = spark_session(config.spark)
+    windowing = Windowing(config.metrics.window, config.metrics.slide)
+    print(format_table(variant_totals(serving_view(spark, layout, args.name), windowing)))
+    return 0
 
 
 def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
@@ -289,7 +349,8 @@ def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo, "lag": _cmd_lag,
+COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo,
+            "batch": _cmd_batch, "serving": _cmd_serving, "lag": _cmd_lag,
             "exporter": _cmd_exporter, "jars": _cmd_jars}
 
 

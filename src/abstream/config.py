@@ -104,6 +104,21 @@ class MetricsSettings(_Section):
         return self
 
 
+class BatchSettings(_Section):
+    """bronze -> batch-layer sessions and gold rows for closed event-time ranges."""
+
+    chunk: Duration = timedelta(days=1)
+    closed_after: Duration = timedelta(hours=1)
+    lookahead: Duration = timedelta(hours=12)
+
+    @model_validator(mode="after")
+    def _positive(self) -> BatchSettings:
+        for name in ("chunk", "closed_after", "lookahead"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"{name} must be positive")
+        return self
+
+
 class MonitoredComponentSettings(_Section):
     """A streaming query to watch: its checkpoint and one source it reads."""
 
@@ -135,6 +150,7 @@ class Config(_Section):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:

@@ -52,6 +52,10 @@ class Layout:
     def experiment_metrics(self) -> str:
         return self._below("tables", "experiment_metrics")
 
+    @property
+    def batch_coverage(self) -> str:
+        return self._below("tables", "batch_coverage")
+
     def checkpoint(self, component: str) -> str:
         return self._below("checkpoints", component)
 

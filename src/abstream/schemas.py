@@ -133,3 +133,22 @@ EXPERIMENT_METRICS = StructType(
         StructField("computed_at", TimestampType(), False),
     ]
 )
+
+#: ``batch_coverage``: one row per event-time range the batch layer computed. Gold windows
+#: starting in ``[range_start, range_end)`` are final. The batch read bronze as of
+#: ``bronze_version``; new bronze data with event time in ``[depends_from, depends_until]``
+#: changes the range's results, so ``batch --since-last`` computes it again.
+BATCH_COVERAGE = StructType(
+    [
+        StructField("range_start", TimestampType(), False),
+        StructField("range_end", TimestampType(), False),
+        StructField("depends_from", TimestampType(), False),
+        StructField("depends_until", TimestampType(), False),
+        StructField("bronze_version", LongType(), False),
+        StructField("events", LongType(), False),
+        StructField("visits", LongType(), False),
+        StructField("metric_rows", LongType(), False),
+        StructField("run_id", StringType(), False),
+        StructField("computed_at", TimestampType(), False),
+    ]
+)

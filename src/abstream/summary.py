@@ -1,4 +1,4 @@
-"""Per experiment / variant / population totals over the gold table, and their text table."""
+"""Per experiment / variant / population totals over the serving view, and their text table."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class VariantTotals:
     units: int
     error_visits: int
     pageviews: int
+    final: bool
 
     @property
     def bounce_rate(self) -> float:
@@ -47,15 +48,17 @@ def tiling_windows(gold: DataFrame, windowing: Windowing) -> DataFrame:
     return gold.where(F.unix_micros("window_start") % int(length_us) == 0)
 
 
-def variant_totals(gold: DataFrame, windowing: Windowing) -> list[VariantTotals]:
-    """Totals over all windows, visitors by merging the windows' HLL sketches."""
+def variant_totals(serving: DataFrame, windowing: Windowing) -> list[VariantTotals]:
+    """Totals over all windows of the serving view, visitors by merging the windows' HLL
+    sketches; final when every window is."""
     rows = (
-        tiling_windows(gold, windowing)
+        tiling_windows(serving, windowing)
         .groupBy("experiment_id", "variant", "population")
         .agg(
             F.hll_sketch_estimate(F.hll_union_agg("visitors_sketch", True)).alias("visitors"),
             *(F.sum(c).alias(c) for c in ("visits", "bounces", "orders", "revenue", "units",
                                           "error_visits", "pageviews")),
+            F.bool_and("final").alias("final"),
         )
         .orderBy("experiment_id", "population", "variant")
         .collect()
@@ -67,7 +70,7 @@ def format_table(totals: list[VariantTotals]) -> str:
     """A readable table; conversion lift is relative to the experiment's control."""
     control = {(t.experiment_id, t.population): t for t in totals if t.variant == "control"}
     header = ("experiment", "population", "variant", "visitors", "visits", "bounce",
-              "orders", "conv.", "lift", "revenue", "rev/visitor")
+              "orders", "conv.", "lift", "revenue", "rev/visitor", "numbers")
     lines = [header]
     for t in totals:
         base = control.get((t.experiment_id, t.population))
@@ -76,9 +79,9 @@ def format_table(totals: list[VariantTotals]) -> str:
         lines.append((t.experiment_id, t.population, t.variant, f"{t.visitors:,}",
                       f"{t.visits:,}", f"{t.bounce_rate:.1%}", f"{t.orders:,}",
                       f"{t.conversion_rate:.2%}", lift, f"{t.revenue:,.2f}",
-                      f"{t.revenue_per_visitor:.2f}"))
+                      f"{t.revenue_per_visitor:.2f}", "final" if t.final else "provisional"))
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    text = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+    text = ["  ".join(cell.ljust(w) if i < 3 or i == len(header) - 1 else cell.rjust(w)
                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
             for row in lines]
     text.insert(1, "  ".join("-" * w for w in widths))

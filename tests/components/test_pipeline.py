@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-from pyspark.sql import functions as F
-
 from abstream.components import COMPONENTS
 from abstream.generator import GeneratorSettings, generate
 from abstream.io.tables import (
@@ -15,24 +13,11 @@ from abstream.io.tables import (
 )
 from abstream.runner import run_once
 from tests import reference
-from tests.helpers import forget_commits_after
-
-MEASURES = ("events", "pageviews", "orders", "revenue", "units", "visits", "bounces",
-            "error_visits")
-
-
-def _lines(folder):
-    return [line for path in sorted(folder.glob("beacons-*"))
-            for line in path.read_text().splitlines()]
+from tests.helpers import forget_commits_after, landing_records, totals
 
 
 def _gold_totals(ctx):
-    gold = read_table(ctx.spark, METRICS_TABLE, ctx.layout)
-    rows = gold.groupBy("experiment_id", "variant", "population").agg(
-        *(F.sum(m).alias(m) for m in MEASURES)).collect()
-    return {(r["experiment_id"], r["variant"], r["population"]):
-            {m: (round(r[m] * 100) if m == "revenue" else r[m]) for m in MEASURES}
-            for r in rows}
+    return totals(read_table(ctx.spark, METRICS_TABLE, ctx.layout))
 
 
 def test_speed_layer_matches_the_reference_on_generated_data(ctx):
@@ -40,7 +25,7 @@ def test_speed_layer_matches_the_reference_on_generated_data(ctx):
                                file_events=1_500), Path(ctx.layout.landing))
     run_once(ctx, list(COMPONENTS.values()))
 
-    lines = _lines(Path(ctx.layout.landing))
+    lines = landing_records(Path(ctx.layout.landing))
     events = reference.valid_unique_events(lines)
     assert read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count() == len(events)
     rejected = sum(reference.valid_event(line) is None for line in lines)

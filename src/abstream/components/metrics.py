@@ -31,7 +31,9 @@ def build(ctx: Context) -> DataStreamWriter:
     events = metrics.observe_freshness(
         delta_stream(ctx.spark, events_path, settings.max_files_per_trigger)
         .withWatermark("event_ts", lateness))
-    visits = delta_stream(ctx.spark, sessions_path, settings.max_files_per_trigger) \
+    # The batch layer replaces its own rows in ``sessions``: those commits are skipped.
+    visits = delta_stream(ctx.spark, sessions_path, settings.max_files_per_trigger,
+                          skip_change_commits=True) \
         .where(F.col("layer") == SPEED).withWatermark("visit_start", lateness)
     windowing = metrics.Windowing(settings.window, settings.slide)
     gold = metrics.with_lineage(
@@ -42,7 +44,8 @@ def build(ctx: Context) -> DataStreamWriter:
         try:
             rows = batch.count()
             if rows:
-                sinks.upsert(batch, gold_path, METRIC_KEY, writer_id, batch_id)
+                sinks.upsert(batch, gold_path, METRIC_KEY, writer_id, batch_id,
+                             partition={"layer": SPEED})
             return {"metric rows": rows}
         finally:
             batch.unpersist()

@@ -34,10 +34,13 @@ def make_dirs(spark: SparkSession, location: str) -> None:
     path.getFileSystem(spark._jsc.hadoopConfiguration()).mkdirs(path)
 
 
-def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
-    """The appends to a Delta table, in commit order."""
+def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int,
+                 skip_change_commits: bool = False) -> DataFrame:
+    """The appends to a Delta table, in commit order; with ``skip_change_commits``, commits
+    that delete or rewrite rows are skipped instead of failing the query."""
     return (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", max_files_per_trigger)
+        .option("skipChangeCommits", skip_change_commits)
         .load(path)
     )

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from abstream.layout import Layout
-from abstream.schemas import EVENTS, EXPERIMENT_METRICS, REJECTED, SESSIONS
+from abstream.schemas import BATCH_COVERAGE, EVENTS, EXPERIMENT_METRICS, REJECTED, SESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,10 @@ class TableSpec:
 EVENTS_TABLE = TableSpec("events", EVENTS, ("event_date",))
 REJECTED_TABLE = TableSpec("rejected", REJECTED, ("ingest_date",))
 SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("visit_date",))
-METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS)
-ALL_TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE)
+#: Partitioned by layer: the speed layer's MERGE and the batch layer's range replacements
+#: touch different partitions, so they never conflict.
+METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS, ("layer",))
+COVERAGE_TABLE = TableSpec("batch_coverage", BATCH_COVERAGE)
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:

@@ -61,12 +61,13 @@ class DeltaLogReader:
     """Follows one table's ``_delta_log``; call ``refresh()`` before reading state.
 
     ``stats_column`` names a timestamp column whose per-file minimum (from Delta's file
-    statistics) is kept with each data file.
+    statistics) is kept with each data file. ``since`` skips the commits before that version.
     """
 
-    def __init__(self, location: str, stats_column: str | None = None) -> None:
+    def __init__(self, location: str, stats_column: str | None = None, since: int = 0) -> None:
         self.location = location
         self.stats_column = stats_column
+        self.since = since
         self.storage = Storage(location)
         self.log_dir = self.storage.path("_delta_log")
         self.versions: dict[int, Version] = {}
@@ -96,7 +97,7 @@ class DeltaLogReader:
     def _read_from_listing(self) -> None:
         commits = sorted((int(m.group(1)), e.mtime_ms)
                          for e in self.storage.list(self.log_dir)
-                         if (m := _COMMIT.match(e.name)))
+                         if (m := _COMMIT.match(e.name)) and int(m.group(1)) >= self.since)
         for version, mtime_ms in commits:
             self._read_commit(version, mtime_ms)
 

@@ -81,12 +81,15 @@ def _visit_facts(visits: DataFrame) -> DataFrame:
     )
 
 
-def _measures(qualified_only: bool, lg_k: int) -> list[Column]:
+def _measures(qualified_only: bool, lg_k: int, exact_visitors: bool) -> list[Column]:
     keep = F.col("entry.qualified") if qualified_only else F.lit(True)
     suffix = "_q" if qualified_only else "_a"
-    columns = [
-        F.hll_sketch_agg(F.when(keep, F.col("visitor_id")), lg_k).alias(f"visitors_sketch{suffix}")
-    ]
+    visitor = F.when(keep, F.col("visitor_id"))
+    columns = [F.hll_sketch_agg(visitor, lg_k).alias(f"visitors_sketch{suffix}")]
+    if exact_visitors:
+        # A set per group, not count_distinct: several distinct aggregates in one groupBy
+        # make Spark expand every row once per aggregate.
+        columns.append(F.size(F.collect_set(visitor)).cast("long").alias(f"visitors{suffix}"))
     for name in _LONG_MEASURES:
         columns.append(F.sum(F.when(keep, F.col(name)).otherwise(0)).alias(name + suffix))
     for name, kind in _MONEY_MEASURES.items():
@@ -100,8 +103,14 @@ def experiment_metrics(
     visits: DataFrame | None,
     windowing: Windowing,
     hll_lg_k: int = 12,
+    exact_visitors: bool = False,
 ) -> DataFrame:
-    """Aggregate events and/or visits into gold rows (without ``layer``/``computed_at``)."""
+    """Aggregate events and/or visits into gold rows (without ``layer``/``computed_at``).
+
+    ``visitors`` is the HLL sketch's estimate, or with ``exact_visitors`` (batch only: a
+    distinct count cannot be updated incrementally) the exact distinct count; the sketch is
+    kept either way, so windows can be merged into longer ranges.
+    """
     facts = []
     if events is not None:
         facts.append(_event_facts(events))
@@ -115,9 +124,11 @@ def experiment_metrics(
         .groupBy(windowing.window(F.col("ts")).alias("window"),
                  F.col("entry.id").alias("experiment_id"),
                  F.col("entry.variant").alias("variant"))
-        .agg(*_measures(False, hll_lg_k), *_measures(True, hll_lg_k))
+        .agg(*_measures(False, hll_lg_k, exact_visitors),
+             *_measures(True, hll_lg_k, exact_visitors))
     )
-    names = ["visitors_sketch", *_LONG_MEASURES, *_MONEY_MEASURES]
+    names = ["visitors_sketch", *(["visitors"] if exact_visitors else []), *_LONG_MEASURES,
+             *_MONEY_MEASURES]
     populations = F.array(*(
         F.struct(F.lit(population).alias("population"),
                  *(F.col(f"{name}_{population[0]}").alias(name) for name in names))
@@ -131,6 +142,7 @@ def experiment_metrics(
     return rows.where((F.col("events") > 0) | (F.col("visits") > 0)).select(
         "experiment_id", "variant", "population", "window_start", "window_end",
         "visitors_sketch",
+        F.col("visitors") if exact_visitors else
         F.coalesce(F.hll_sketch_estimate("visitors_sketch"), F.lit(0)).alias("visitors"),
         *_LONG_MEASURES, *_MONEY_MEASURES,
     )

@@ -1,0 +1,155 @@
+"""Speed and batch layers together: agreement, late data, and the serving view against the
+plain-Python reference of DESIGN.md's definitions."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from abstream.batch import BatchRequest, run_batch
+from abstream.components import COMPONENTS
+from abstream.generator import GeneratorSettings, generate
+from abstream.io.tables import METRICS_TABLE, read_table
+from abstream.runner import run_continuously, run_once
+from abstream.serving import serving_view
+from tests import reference
+from tests.batch.timeline import at, land
+from tests.helpers import (
+    beacon,
+    dumps,
+    landing_records,
+    reconfigure,
+    totals,
+    wait_until,
+    write_lines,
+)
+
+KEY = ("experiment_id", "variant", "population", "window_start", "window_end")
+SUMS = ("events", "pageviews", "add_to_carts", "orders", "revenue", "revenue_sq", "units",
+        "errors", "page_load_ms_sum", "page_load_count", "visits", "bounces", "error_visits")
+
+
+def _expected(ctx):
+    events = reference.valid_unique_events(landing_records(Path(ctx.layout.landing)))
+    return reference.totals(events, reference.visits(events, ctx.config.sessionize.gap))
+
+
+def _layer(ctx, layer):
+    rows = read_table(ctx.spark, METRICS_TABLE, ctx.layout).where(F.col("layer") == layer) \
+        .collect()
+    return {tuple(r[k] for k in KEY): r for r in rows}
+
+
+def test_stream_and_batch_agree_on_in_order_data_without_duplicates(ctx):
+    landing = Path(ctx.layout.landing)
+    summary = generate(GeneratorSettings(events=4_000, seed=11, late_rate=0.0,
+                                         duplicate_rate=0.0, malformed_rate=0.0,
+                                         file_events=1_000), landing)
+    # One last event, hours later and in no experiment, moves the stream's watermarks past
+    # every visit, so the stream has closed them all.
+    last = max(json.loads(line)["event_ts"] for line in landing_records(landing))
+    clock = (reference.parse_ts(last) + timedelta(hours=3)).isoformat(timespec="milliseconds")
+    write_lines(landing, "beacons-zz-clock.jsonl",
+                [dumps(beacon("clock", clock.replace("+00:00", "Z"), experiments=[]))])
+    run_once(ctx, list(COMPONENTS.values()))
+    result = run_batch(ctx, BatchRequest("all"))
+    assert result.events == summary.events + 1
+
+    speed, batch = _layer(ctx, "speed"), _layer(ctx, "batch")
+    assert speed.keys() == batch.keys() and len(speed) > 100
+    worst = 0.0
+    for key, fast in speed.items():
+        final = batch[key]
+        assert {m: fast[m] for m in SUMS} == {m: final[m] for m in SUMS}, key
+        worst = max(worst, abs(fast["visitors"] - final["visitors"]) / max(final["visitors"], 1))
+    # HLL with lg_k = 12: relative standard error 1.6 %; small counts are exact.
+    assert worst <= 0.05
+
+
+def test_late_events_are_dropped_by_the_stream_counted_and_included_by_the_batch(ctx):
+    ctx = reconfigure(ctx, "metrics", lateness=timedelta(minutes=30))
+    land(ctx, "on-time", [("a", at(10)), ("a", at(10, 5)), ("b", at(10)),
+                          ("clock-1", at(12)), ("clock-2", at(13))])
+    run_once(ctx, list(COMPONENTS.values()))
+    # Behind both watermarks now (sessionize 12:45, metrics 11:30).
+    land(ctx, "late", [("a", at(10, 10)), ("c", at(10, 20))])
+    run_once(ctx, list(COMPONENTS.values()))
+    stats = ctx.stats.as_dict()
+    assert stats["sessionize"]["late_rows_dropped"] == 2
+    assert stats["metrics"]["late_rows_dropped"] == 2
+
+    expected = _expected(ctx)
+    provisional = totals(serving_view(ctx.spark, ctx.layout))
+    assert provisional[("exp", "control", "assigned")]["events"] == 3, "late events dropped"
+    assert provisional[("exp", "control", "assigned")]["visits"] == 2, "a and b, without c"
+    assert expected[("exp", "control", "assigned")]["events"] == 5
+
+    run_batch(ctx, BatchRequest("all"))
+    view = serving_view(ctx.spark, ctx.layout)
+    assert {r.final for r in view.select("final").distinct().collect()} == {True}
+    assert totals(view) == expected
+
+
+@pytest.mark.slow
+def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx):
+    """Item by item as a user runs it: the CLI, generated data with every kind of fault."""
+    data_dir = ctx.layout.root
+    env = {**os.environ, "ABSTREAM__SPARK__CONF__spark.sql.shuffle.partitions": "2"}
+    generated = subprocess.run(
+        [sys.executable, "-m", "abstream", "generate", "--events", "5000", "--seed", "21",
+         "--late-rate", "0.03", "--file-events", "1000", "--data-dir", data_dir],
+        capture_output=True, text=True, check=False, env=env)
+    assert generated.returncode == 0, generated.stderr
+    for command in (["run", "--once", "--no-exporter"], ["batch", "--all"]):
+        done = subprocess.run([sys.executable, "-m", "abstream", *command, "--data-dir",
+                               data_dir], capture_output=True, text=True, check=False,
+                              env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"batch \d+/\d+ \[", done.stderr), "progress is shown"
+    assert totals(serving_view(ctx.spark, ctx.layout)) == _expected(ctx)
+
+
+@pytest.mark.slow
+def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
+    for section in ("ingest", "sessionize", "metrics"):
+        ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
+    generate(GeneratorSettings(events=3_000, seed=31, file_events=1_000),
+             Path(ctx.layout.landing))
+    stop, failures = threading.Event(), []
+
+    def stream() -> None:
+        try:
+            run_continuously(ctx, list(COMPONENTS.values()), stop)
+        except Exception as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    def feed() -> None:
+        """A new landing file every half second: the stream keeps MERGEing into gold."""
+        number = 0
+        while not stop.wait(0.5):
+            number += 1
+            land(ctx, f"feed-{number:04d}", [(f"feed-{number}", at(20, number % 60))])
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=feed)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: read_table(ctx.spark, METRICS_TABLE, ctx.layout).count() > 0,
+                   "speed rows in gold", 180)
+        runs = [run_batch(ctx, BatchRequest("all")) for _ in range(2)]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=300)
+    assert not failures, failures
+    assert all(run.metric_rows > 0 for run in runs)
+    speed_batches = ctx.stats.component("metrics").batches
+    print(f"2 batch runs beside {speed_batches} metrics micro-batches, no conflict")
+    assert speed_batches >= 3

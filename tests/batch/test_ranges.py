@@ -1,0 +1,45 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from abstream.batch.ranges import TimeRange, ceil_to, difference, floor_to, union
+
+
+def t(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 1, 5, hour, minute, tzinfo=UTC)
+
+
+FIVE = timedelta(minutes=5)
+
+
+def test_alignment_to_the_window_step():
+    assert floor_to(t(10, 7), FIVE) == t(10, 5)
+    assert ceil_to(t(10, 7), FIVE) == t(10, 10)
+    assert floor_to(t(10, 5), FIVE) == ceil_to(t(10, 5), FIVE) == t(10, 5)
+    assert TimeRange.aligned(t(10, 7), t(10, 7) + timedelta(microseconds=1), FIVE) == \
+        TimeRange(t(10, 5), t(10, 10))
+
+
+def test_chunks_cover_the_range_cut_at_multiples_of_their_size():
+    chunks = TimeRange(t(1, 5), t(13, 30)).chunks(timedelta(hours=6))
+    assert chunks == [TimeRange(t(1, 5), t(6)), TimeRange(t(6), t(12)),
+                      TimeRange(t(12), t(13, 30))]
+
+
+def test_union_merges_overlapping_and_adjacent_ranges():
+    assert union([TimeRange(t(5), t(6)), TimeRange(t(1), t(2)), TimeRange(t(2), t(3)),
+                  TimeRange(t(2, 30), t(4))]) == [TimeRange(t(1), t(4)), TimeRange(t(5), t(6))]
+
+
+def test_difference_leaves_the_gaps():
+    covered = [TimeRange(t(1), t(2)), TimeRange(t(3), t(4)), TimeRange(t(9), t(10))]
+    assert difference(TimeRange(t(0), t(5)), covered) == [
+        TimeRange(t(0), t(1)), TimeRange(t(2), t(3)), TimeRange(t(4), t(5))]
+    assert difference(TimeRange(t(1), t(2)), covered) == []
+
+
+def test_ranges_are_utc_and_not_empty():
+    with pytest.raises(ValueError, match="UTC"):
+        TimeRange(datetime(2026, 1, 5), datetime(2026, 1, 6))
+    with pytest.raises(ValueError, match="empty"):
+        TimeRange(t(2), t(2))
