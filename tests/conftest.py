@@ -9,10 +9,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from abstream.components import Context
+from abstream.kafka.broker import LocalBroker
 from abstream.layout import Layout
 from abstream.progress import ProgressListener, RunStats
 from abstream.spark import spark_session
 from tests.helpers import make_config
+from tests.servers import free_port
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +37,14 @@ def ctx(spark: SparkSession, tmp_path: Path) -> Iterator[Context]:
         query.stop()
 
 
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """One real single-node Kafka broker on loopback for the whole test session."""
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka"),
+                         make_config(Path("unused")).kafka.local.jars_cache,
+                         port=free_port(), controller_port=free_port())
+    broker.start()
+    yield broker
+    broker.stop()

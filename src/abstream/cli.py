@@ -139,6 +139,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="print the view's CREATE VIEW statement for a metastore instead")
     serving.add_argument("--name", default="abstream_serving", help="the view's name")
 
+    kafka = commands.add_parser(
+        "kafka-local", parents=[common],
+        help="a single-node Kafka broker on 127.0.0.1 for local use (KRaft, Maven Central JARs)")
+    kafka.add_argument("action", choices=("start", "stop", "status"))
+
     lag = commands.add_parser("lag", parents=[common],
                               help="how far behind each component is (no Spark needed)")
     lag.add_argument("--json", action="store_true", help="print a JSON list of rows")
@@ -296,6 +301,20 @@ def _cmd_serving(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_kafka_local(args: argparse.Namespace, config: Config) -> int:
+    from abstream.kafka.broker import local_broker
+
+    broker = local_broker(config)
+    if args.action == "start":
+        broker.start()
+    elif args.action == "stop":
+        broker.stop()
+    pid = broker.pid()
+    print(f"Kafka on {broker.bootstrap_servers}: " +
+          (f"running (pid {pid}), home {broker.home}" if pid else "stopped"))
+    return 0 if args.action == "stop" or pid else 1
+
+
 def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
     from abstream.lag import LagMonitor
     from abstream.monitor.targets import monitored_sources
@@ -350,7 +369,8 @@ def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
 
 
 COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo,
-            "batch": _cmd_batch, "serving": _cmd_serving, "lag": _cmd_lag,
+            "batch": _cmd_batch, "serving": _cmd_serving, "kafka-local": _cmd_kafka_local,
+            "lag": _cmd_lag,
             "exporter": _cmd_exporter, "jars": _cmd_jars}
 
 

@@ -119,6 +119,24 @@ class BatchSettings(_Section):
         return self
 
 
+def _default_kafka_jars() -> Path:
+    return _default_jars_cache().parent / "kafka"
+
+
+class LocalKafkaSettings(_Section):
+    """``abstream kafka-local``: a single-node broker on 127.0.0.1 for development."""
+
+    home: str | None = None
+    port: int = Field(default=9092, ge=1, le=65535)
+    controller_port: int = Field(default=9093, ge=1, le=65535)
+    jars_cache: Path = Field(default_factory=_default_kafka_jars)
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    local: LocalKafkaSettings = Field(default_factory=LocalKafkaSettings)
+
+
 class MonitoredComponentSettings(_Section):
     """A streaming query to watch: its checkpoint and one source it reads."""
 
@@ -151,6 +169,7 @@ class Config(_Section):
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:

@@ -1,0 +1,1 @@
+"""Kafka: a local single-node broker for development and tests."""
