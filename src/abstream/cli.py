@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--malformed-rate", type=float, default=0.002, metavar="P")
     gen.add_argument("--file-events", type=int, default=10_000, metavar="N",
                      help="records per file")
+    gen.add_argument("--to", choices=("landing", "kafka"), default="landing",
+                     help="landing files (default), or messages to Kafka (kafka.bootstrap_servers)")
+    gen.add_argument("--topic", metavar="NAME", help="with --to kafka (default kafka.topic)")
     gen.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     run = commands.add_parser("run", parents=[common],
@@ -181,8 +184,12 @@ def _stop_on_signals(what: str = "finishing the current micro-batch, then stoppi
     return stop
 
 
+def _log_written(records: int) -> None:
+    log.info("%s records written", f"{records:,}")
+
+
 def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
-    from abstream.generator import GeneratorSettings, generate
+    from abstream.generator import GeneratorSettings, generate, generate_to_kafka
     from abstream.layout import Layout
 
     settings = GeneratorSettings(
@@ -192,18 +199,27 @@ def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
         **({"span": args.span} if args.span else {}),
     )
     settings.validate()
-    landing = Layout.of(config.data_dir).local(Layout.of(config.data_dir).landing)
-    log.info("writing %s records into %s%s", f"{args.events:,}", landing,
+    if args.to == "kafka":
+        topic = args.topic or config.kafka.topic
+        target = f"Kafka topic {topic} on {config.kafka.bootstrap_servers}"
+    else:
+        landing = Layout.of(config.data_dir).local(Layout.of(config.data_dir).landing)
+        target = str(landing)
+    log.info("writing %s records into %s%s", f"{args.events:,}", target,
              f" at {args.rate:,.0f}/s" if args.rate else "")
-    summary = generate(settings, landing,
-                       progress=lambda n: log.info("%s records written", f"{n:,}"))
+    if args.to == "kafka":
+        summary = generate_to_kafka(settings, config.kafka.bootstrap_servers, topic,
+                                    _log_written)
+    else:
+        summary = generate(settings, landing, _log_written)
     if args.json:
         print(json.dumps({k: v for k, v in summary.to_dict().items() if k != "files"}))
     else:
-        print(f"{summary.records:,} records in {len(summary.files)} files "
+        files = f" in {len(summary.files)} files" if summary.files else ""
+        print(f"{summary.records:,} records{files} "
               f"({summary.events:,} events, {summary.duplicates:,} duplicates, "
               f"{summary.malformed:,} malformed, {summary.late:,} late) "
-              f"in {summary.seconds:.1f} s -> {landing}")
+              f"in {summary.seconds:.1f} s -> {target}")
     return 0
 
 

@@ -134,6 +134,7 @@ class LocalKafkaSettings(_Section):
 
 class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = Field(default="beacons", min_length=1)
     local: LocalKafkaSettings = Field(default_factory=LocalKafkaSettings)
 
 

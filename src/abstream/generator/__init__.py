@@ -1,4 +1,5 @@
-"""Deterministic clickstream generator: JSON-lines beacon files in the landing folder.
+"""Deterministic clickstream generator: JSON-lines beacon files in the landing folder, or
+messages to a Kafka topic.
 
 Beacons are written in arrival order: late events arrive minutes to hours after their event
 time, duplicates shortly after the original, malformed records among the rest. The same
@@ -13,6 +14,7 @@ import json
 import logging
 import random
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -106,21 +108,19 @@ def beacon_line(event: Event, session_id: str, visitor: Visitor) -> str:
             f'"type":"{event.type}","page":"{event.page}","experiments":[{entries}]{tail}}}')
 
 
-class _Files:
-    """Writes lines into numbered files, atomically, optionally paced to a rate."""
+class _Paced(ABC):
+    """Collects lines and hands them on in batches, optionally paced to a rate."""
 
-    def __init__(self, landing: Path, prefix: str, per_file: int, rate: float | None,
+    def __init__(self, per_batch: int, rate: float | None,
                  progress: Callable[[int], None] | None) -> None:
-        self.landing, self.prefix, self.per_file, self.rate = landing, prefix, per_file, rate
-        self.progress = progress
+        self.per_batch, self.rate, self.progress = per_batch, rate, progress
         self.buffer: list[str] = []
         self.written = 0
-        self.names: list[str] = []
         self.started = time.monotonic()
 
     def add(self, line: str) -> None:
         self.buffer.append(line)
-        if len(self.buffer) >= self.per_file:
+        if len(self.buffer) >= self.per_batch:
             self.flush()
 
     def flush(self) -> None:
@@ -129,27 +129,70 @@ class _Files:
         if self.rate is not None:
             due = self.started + (self.written + len(self.buffer)) / self.rate
             time.sleep(max(0.0, due - time.monotonic()))
-        name = f"{self.prefix}{len(self.names):06d}.jsonl"
-        temporary = self.landing / f".{name}.tmp"
-        temporary.write_text("\n".join(self.buffer) + "\n", encoding="utf-8")
-        temporary.replace(self.landing / name)
-        self.names.append(name)
+        self.emit(self.buffer)
         self.written += len(self.buffer)
         self.buffer = []
         if self.progress is not None:
             self.progress(self.written)
+
+    @abstractmethod
+    def emit(self, lines: list[str]) -> None:
+        """Hand on one batch of lines."""
+
+    def close(self) -> None:
+        self.flush()
+
+
+class _Files(_Paced):
+    """Writes each batch as a numbered file, atomically (hidden name, then renamed)."""
+
+    def __init__(self, landing: Path, prefix: str, per_file: int, rate: float | None,
+                 progress: Callable[[int], None] | None) -> None:
+        super().__init__(per_file, rate, progress)
+        self.landing, self.prefix = landing, prefix
+        self.names: list[str] = []
+
+    def emit(self, lines: list[str]) -> None:
+        name = f"{self.prefix}{len(self.names):06d}.jsonl"
+        temporary = self.landing / f".{name}.tmp"
+        temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        temporary.replace(self.landing / name)
+        self.names.append(name)
+
+
+class _Topic(_Paced):
+    """Produces each line as one Kafka message (the value; no key) to a topic."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, per_batch: int,
+                 rate: float | None, progress: Callable[[int], None] | None) -> None:
+        from confluent_kafka import Producer
+
+        super().__init__(per_batch, rate, progress)
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5,
+                                  "enable.idempotence": True})
+
+    def emit(self, lines: list[str]) -> None:
+        for line in lines:
+            while True:
+                try:
+                    self.producer.produce(self.topic, value=line.encode())
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+        self.producer.poll(0)
+
+    def close(self) -> None:
+        super().close()
+        if self.producer.flush(60) > 0:
+            raise UsageError(f"could not deliver every beacon to Kafka topic {self.topic!r}")
 
 
 def generate(settings: GeneratorSettings, landing: Path,
              progress: Callable[[int], None] | None = None) -> GenerationSummary:
     """Write ``settings.events`` records into ``landing`` and say what they hold."""
     settings.validate()
-    began = time.monotonic()
-    start = settings.start or (datetime.now(UTC).replace(microsecond=0) if settings.rate
-                               else DEFAULT_START)
-    span = settings.span
-    if settings.rate is not None and settings.start is None:
-        span = timedelta(seconds=settings.events / settings.rate)
+    start = _start(settings)
     landing.mkdir(parents=True, exist_ok=True)
     prefix = _file_prefix(settings, start)
     if any(landing.glob(f"{prefix}*")):
@@ -157,9 +200,34 @@ def generate(settings: GeneratorSettings, landing: Path,
                          f"({prefix}*); use another --seed or --data-dir")
     per_file = settings.file_events if settings.rate is None else max(1, int(settings.rate))
     files = _Files(landing, prefix, per_file, settings.rate, progress)
-    summary = _Simulation(settings, int(start.timestamp() * 1000), span, files).run()
-    files.flush()
+    summary = _run(settings, start, files)
     summary.files = files.names
+    return summary
+
+
+def generate_to_kafka(settings: GeneratorSettings, bootstrap_servers: str, topic: str,
+                      progress: Callable[[int], None] | None = None) -> GenerationSummary:
+    """Produce ``settings.events`` records, one message each, to a Kafka topic."""
+    settings.validate()
+    per_batch = settings.file_events if settings.rate is None else \
+        max(1, int(settings.rate / 100))
+    rate = settings.rate
+    return _run(settings, _start(settings),
+                _Topic(bootstrap_servers, topic, per_batch, rate, progress))
+
+
+def _start(settings: GeneratorSettings) -> datetime:
+    return settings.start or (datetime.now(UTC).replace(microsecond=0) if settings.rate
+                              else DEFAULT_START)
+
+
+def _run(settings: GeneratorSettings, start: datetime, sink: _Paced) -> GenerationSummary:
+    began = time.monotonic()
+    span = settings.span
+    if settings.rate is not None and settings.start is None:
+        span = timedelta(seconds=settings.events / settings.rate)
+    summary = _Simulation(settings, int(start.timestamp() * 1000), span, sink).run()
+    sink.close()
     summary.seconds = round(time.monotonic() - began, 3)
     return summary
 
@@ -176,8 +244,8 @@ class _Simulation:
     order (a line is written once no later visit can produce an earlier arrival)."""
 
     def __init__(self, settings: GeneratorSettings, start_ms: int, span: timedelta,
-                 files: _Files) -> None:
-        self.settings, self.files = settings, files
+                 sink: _Paced) -> None:
+        self.settings, self.sink = settings, sink
         self.rng = random.Random(settings.seed)
         self.model = ClickstreamModel(self.rng, settings.effects)
         self.summary = GenerationSummary()
@@ -214,14 +282,14 @@ class _Simulation:
                 gap = max(1, int(self.rng.expovariate(1 / self.arrival_gap_ms)))
                 heapq.heappush(self.starts, (at + gap, self._next(), None))
             while self.pending and self.pending[0][0] <= at:
-                self.files.add(heapq.heappop(self.pending)[2])
+                self.sink.add(heapq.heappop(self.pending)[2])
             visit_end = self._session(visitor, at)
             visitor.sessions_left -= 1
             if visitor.sessions_left > 0:
                 later = visit_end + self.rng.randint(HOUR_MS, 12 * HOUR_MS)
                 heapq.heappush(self.starts, (later, self._next(), visitor))
         while self.pending:
-            self.files.add(heapq.heappop(self.pending)[2])
+            self.sink.add(heapq.heappop(self.pending)[2])
         return self._summary()
 
     def _session(self, visitor: Visitor, at: int) -> int:
