@@ -312,7 +312,7 @@ def _cmd_serving(args: argparse.Namespace, config: Config) -> int:
     from abstream.summary import format_table, variant_totals
 
     spark = spark_session(config.spark)
-    windowing = Windowing(config.metrics.window, config.metrics.slide)
+    windowing = Windowing.of(config.metrics)
     print(format_table(variant_totals(serving_view(spark, layout, args.name), windowing)))
     return 0
 

@@ -111,7 +111,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
         batch = run_batch(ctx, BatchRequest("all"), stop)
         spark = ctx.spark
         gold = read_table(spark, METRICS_TABLE, layout).where("layer = 'speed'")
-        windowing = Windowing(config.metrics.window, config.metrics.slide)
+        windowing = Windowing.of(config.metrics)
         return DemoResult(
             generated=generated,
             bronze_rows=read_table(spark, EVENTS_TABLE, layout).count(),

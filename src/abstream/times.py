@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso_from_ms(ms: int | None) -> str | None:
@@ -19,3 +21,13 @@ def epoch_from_iso(text: str) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def micros_from(moment: datetime) -> int:
+    """An aware datetime as epoch microseconds (Spark's ``unix_micros``)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def from_micros(micros: int) -> datetime:
+    """Spark's ``unix_micros`` as an aware UTC datetime, whatever the local time zone."""
+    return _EPOCH + timedelta(microseconds=micros)

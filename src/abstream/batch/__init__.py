@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from abstream.batch.coverage import Covered, from_micros, latest_coverage, record
+from abstream.batch.coverage import Covered, latest_coverage, record
 from abstream.batch.ranges import TimeRange, ceil_to, difference, floor_to, union
 from abstream.batch.recompute import recompute
 from abstream.components import Context
@@ -31,6 +31,8 @@ from abstream.errors import Interrupted, UsageError
 from abstream.io import sinks
 from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.lag.deltalog import DeltaLogReader
+from abstream.stages.metrics import Windowing
+from abstream.times import from_micros, micros_from
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +83,6 @@ class Bronze:
         return self.last + timedelta(microseconds=1)
 
 
-def step(config: Config) -> timedelta:
-    """The alignment of batch ranges: the start-to-start distance of gold windows."""
-    return config.metrics.slide or config.metrics.window
-
-
 def read_bronze(ctx: Context) -> Bronze:
     path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
     version = DeltaTable.forPath(ctx.spark, path).history(1).first()["version"]
@@ -99,7 +96,7 @@ def read_bronze(ctx: Context) -> Bronze:
 def plan(ctx: Context, request: BatchRequest, bronze: Bronze,
          now: datetime | None = None) -> list[TimeRange]:
     """The ranges a request covers, aligned to whole windows."""
-    unit = step(ctx.config)
+    unit = Windowing.of(ctx.config.metrics).step
     if bronze.first is None:
         return []
     everything = TimeRange.aligned(bronze.first, bronze.end, unit)
@@ -179,12 +176,14 @@ def run_batch(ctx: Context, request: BatchRequest, stop: threading.Event | None 
     log.info("batch: %s in %d chunks, from bronze version %d",
              ", ".join(map(str, result.ranges)), len(chunks), bronze.version)
     run_id = uuid.uuid4().hex
+    tables = Tables(ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout),
+                    ensure_table(ctx.spark, METRICS_TABLE, ctx.layout))
     for number, chunk in enumerate(chunks, 1):
         if stop is not None and stop.is_set():
             raise Interrupted(f"stopped after {number - 1} of {len(chunks)} chunks; "
                               "run `abstream batch --since-last` to finish")
         chunk_began = time.monotonic()
-        covered = _compute_chunk(ctx, chunk, bronze, run_id)
+        covered = _compute_chunk(ctx, chunk, bronze, tables, run_id)
         result.chunks += 1
         result.events += covered.events
         result.visits += covered.visits
@@ -199,22 +198,30 @@ def run_batch(ctx: Context, request: BatchRequest, stop: threading.Event | None 
 
 
 def _chunk_size(config: Config) -> timedelta:
-    unit = step(config)
+    unit = Windowing.of(config.metrics).step
     return max(unit, config.batch.chunk // unit * unit)
 
 
-def _compute_chunk(ctx: Context, chunk: TimeRange, bronze: Bronze, run_id: str) -> Covered:
+@dataclass(frozen=True)
+class Tables:
+    """Where the batch layer writes: the sessions and gold tables' paths."""
+
+    sessions: str
+    gold: str
+
+
+def _compute_chunk(ctx: Context, chunk: TimeRange, bronze: Bronze, tables: Tables,
+                   run_id: str) -> Covered:
     result = recompute(bronze.frame, chunk, bronze.end, ctx.config)
     try:
         visits = result.visits.count()
         with sinks.rows_known_to_match(ctx.spark):
-            sinks.replace_where(result.visits,
-                                ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout),
+            sinks.replace_where(result.visits, tables.sessions,
                                 _range_condition("visit_start", chunk),
                                 SESSIONS_TABLE.partition_by)
-            metric_rows = sinks.replace_where(
-                result.gold, ensure_table(ctx.spark, METRICS_TABLE, ctx.layout),
-                _range_condition("window_start", chunk), METRICS_TABLE.partition_by)
+            metric_rows = sinks.replace_where(result.gold, tables.gold,
+                                              _range_condition("window_start", chunk),
+                                              METRICS_TABLE.partition_by)
     finally:
         result.release()
     covered = Covered(
@@ -228,6 +235,6 @@ def _compute_chunk(ctx: Context, chunk: TimeRange, bronze: Bronze, run_id: str) 
 
 
 def _range_condition(column: str, span: TimeRange) -> str:
-    start, end = (round(ts.timestamp() * 1_000_000) for ts in (span.start, span.end))
+    start, end = micros_from(span.start), micros_from(span.end)
     return (f"layer = 'batch' AND {column} >= timestamp_micros({start}) "
             f"AND {column} < timestamp_micros({end})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -13,8 +13,8 @@ from abstream.batch.ranges import TimeRange
 from abstream.io.tables import COVERAGE_TABLE, ensure_table, read_table
 from abstream.layout import Layout
 from abstream.schemas import BATCH_COVERAGE
+from abstream.times import from_micros
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMES = {f.name for f in BATCH_COVERAGE.fields if f.dataType.typeName() == "timestamp"}
 
 
@@ -61,8 +61,3 @@ def record(spark: SparkSession, layout: Layout, covered: Covered) -> None:
     path = ensure_table(spark, COVERAGE_TABLE, layout)
     spark.createDataFrame([tuple(asdict(covered).values())], BATCH_COVERAGE) \
         .write.format("delta").mode("append").save(path)
-
-
-def from_micros(micros: int) -> datetime:
-    """Spark's ``unix_micros`` as an aware UTC datetime, whatever the local time zone."""
-    return _EPOCH + timedelta(microseconds=micros)

@@ -23,10 +23,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from abstream.batch.coverage import from_micros
 from abstream.batch.ranges import TimeRange
 from abstream.config import Config
 from abstream.stages import metrics, sessions
+from abstream.times import from_micros, micros_from
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Recomputed:
 
 def micros(ts: datetime) -> Column:
     """A timestamp literal that means the same instant in any session time zone."""
-    return F.timestamp_micros(F.lit(round(ts.timestamp() * 1_000_000)))
+    return F.timestamp_micros(F.lit(micros_from(ts)))
 
 
 def between(column: str, start: datetime, end: datetime) -> Column:
@@ -70,9 +70,8 @@ def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
     """The batch layer's visits (starting in ``span``) and gold rows (windows starting in
     ``span``) from ``bronze``, whose events all lie before ``data_end``."""
     gap = config.sessionize.gap
-    windowing = metrics.Windowing(config.metrics.window, config.metrics.slide)
-    step = config.metrics.slide or config.metrics.window
-    needed_end = span.end + config.metrics.window - step
+    windowing = metrics.Windowing.of(config.metrics)
+    needed_end = span.end + windowing.length - windowing.step
     read_end = min(needed_end + config.batch.lookahead, data_end)
     while True:
         visits = sessions.assemble_visits(_read(bronze, span.start - gap, read_end), gap) \

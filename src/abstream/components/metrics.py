@@ -35,7 +35,7 @@ def build(ctx: Context) -> DataStreamWriter:
     visits = delta_stream(ctx.spark, sessions_path, settings.max_files_per_trigger,
                           skip_change_commits=True) \
         .where(F.col("layer") == SPEED).withWatermark("visit_start", lateness)
-    windowing = metrics.Windowing(settings.window, settings.slide)
+    windowing = metrics.Windowing.of(settings)
     gold = metrics.with_lineage(
         metrics.experiment_metrics(events, visits, windowing, settings.hll_lg_k), SPEED)
 

@@ -211,9 +211,8 @@ def generate_to_kafka(settings: GeneratorSettings, bootstrap_servers: str, topic
     settings.validate()
     per_batch = settings.file_events if settings.rate is None else \
         max(1, int(settings.rate / 100))
-    rate = settings.rate
     return _run(settings, _start(settings),
-                _Topic(bootstrap_servers, topic, per_batch, rate, progress))
+                _Topic(bootstrap_servers, topic, per_batch, settings.rate, progress))
 
 
 def _start(settings: GeneratorSettings) -> datetime:

@@ -144,8 +144,9 @@ class LocalBroker:
     def start(self) -> None:
         """Start the broker in the background (formatting its storage the first time) and
         wait until it accepts connections."""
-        if self.pid() is not None:
-            log.info("the broker is already running (pid %d)", self.pid())
+        running = self.pid()
+        if running is not None:
+            log.info("the broker is already running (pid %d)", running)
             return
         if self.is_serving():
             raise AbstreamError(f"port {self.port} is taken by another process")

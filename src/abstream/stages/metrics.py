@@ -15,6 +15,7 @@ from datetime import timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL, POPULATIONS
 
@@ -33,6 +34,15 @@ class Windowing:
 
     length: timedelta
     slide: timedelta | None = None
+
+    @classmethod
+    def of(cls, settings: MetricsSettings) -> Windowing:
+        return cls(settings.window, settings.slide)
+
+    @property
+    def step(self) -> timedelta:
+        """The distance from one window's start to the next one's."""
+        return self.slide or self.length
 
     def window(self, ts: Column) -> Column:
         if self.slide is None or self.slide == self.length:
