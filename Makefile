@@ -7,13 +7,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint jars bench system-deps clean help
+.PHONY: demo test test-fast lint jars bench bench-latency system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
 	@echo "make bench  benchmarks (results in bench/results/)"
+	@echo "make bench-latency  Kafka validation latency per mode (results in bench/results/)"
 	@echo "make lint   ruff"
 
 system-deps:
@@ -41,6 +42,9 @@ bench: $(STAMP) jars
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	$(BIN)/python bench/lag_scrape.py
 	$(BIN)/python bench/sessionize.py
+
+bench-latency: $(STAMP) jars
+	$(BIN)/python bench/latency.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

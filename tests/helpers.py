@@ -99,3 +99,31 @@ def totals(gold: DataFrame) -> dict[tuple[str, str, str], dict[str, int]]:
     return {(r["experiment_id"], r["variant"], r["population"]):
             {m: (round(r[m] * 100) if m == "revenue" else r[m]) for m in MEASURES}
             for r in rows}
+
+
+def assert_speed_layer_matches_reference(ctx: Context, lines: list[str]) -> None:
+    """Bronze, quarantine, closed visits and gold after a run to completion over ``lines``
+    equal DESIGN.md's rules computed in plain Python."""
+    from abstream.io.tables import (
+        EVENTS_TABLE,
+        METRICS_TABLE,
+        REJECTED_TABLE,
+        SESSIONS_TABLE,
+        read_table,
+    )
+    from tests import reference
+
+    events = reference.valid_unique_events(lines)
+    assert read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count() == len(events)
+    rejected = sum(reference.valid_event(line) is None for line in lines)
+    assert read_table(ctx.spark, REJECTED_TABLE, ctx.layout).count() == rejected
+    # Visits the stream has closed: the last event + gap is behind the final watermark.
+    watermark = max(e["ts"] for e in events) - ctx.config.sessionize.lateness
+    gap = ctx.config.sessionize.gap
+    closed = [v for v in reference.visits(events, gap) if v["end"] + gap <= watermark]
+    assert read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).count() == len(closed)
+    expected = reference.totals(events, closed)
+    actual = totals(read_table(ctx.spark, METRICS_TABLE, ctx.layout))
+    assert actual.keys() == expected.keys()
+    for key, values in expected.items():
+        assert actual[key] == values, key

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from abstream.config import DELTA_PACKAGE, load_config
+from abstream.config import DELTA_PACKAGE, KAFKA_PACKAGE, load_config
 from abstream.errors import ConfigError
 from abstream.layout import Layout
 
@@ -11,7 +11,9 @@ def test_defaults_need_no_file_and_no_environment():
     config = load_config(environ={})
     assert config.data_dir == "abstream-data"
     assert config.spark.master == "local[2]"
-    assert config.spark.packages == [DELTA_PACKAGE]
+    assert config.spark.packages == [DELTA_PACKAGE, KAFKA_PACKAGE]
+    assert config.source == "files"
+    assert config.validate_.mode == "microbatch"
     assert config.sessionize.gap == timedelta(minutes=35)
     assert config.metrics.window == timedelta(minutes=5)
     assert config.metrics.slide is None
@@ -95,3 +97,14 @@ def test_data_dir_may_be_a_hadoop_uri():
     assert layout.events == "s3a://bucket/abstream/tables/events"
     assert layout.checkpoint("ingest") == "s3a://bucket/abstream/checkpoints/ingest"
     assert Layout.of("relative").root.startswith("/")
+
+
+def test_the_validation_stage_is_configured_under_its_own_name():
+    config = load_config(environ={"ABSTREAM__SOURCE": "kafka", "ABSTREAM__VALIDATE__MODE": "async",
+                                  "ABSTREAM__VALIDATE__ASYNC_CHECKPOINT_INTERVAL": "2 seconds"})
+    assert (config.source, config.validate_.mode) == ("kafka", "async")
+    assert config.validate_.async_checkpoint_interval == timedelta(seconds=2)
+    with pytest.raises(ConfigError, match=r"validate.mode: .*'realtime'.*\(got 'fast'\)"):
+        load_config(environ={"ABSTREAM__VALIDATE__MODE": "fast"})
+    with pytest.raises(ConfigError, match="at least 5 seconds"):
+        load_config(environ={"ABSTREAM__VALIDATE__REALTIME_CHECKPOINT_INTERVAL": "1 second"})

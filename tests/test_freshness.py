@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from abstream.components import COMPONENTS
+from abstream.components import pipeline_components
 from abstream.io.tables import METRICS_TABLE, SESSIONS_TABLE, read_table
 from abstream.runner import run_continuously
 from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
@@ -20,7 +20,7 @@ def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
     stop = threading.Event()
     runner = threading.Thread(target=run_continuously,
-                              args=(ctx, list(COMPONENTS.values()), stop))
+                              args=(ctx, pipeline_components(ctx.config), stop))
     now = datetime.now(UTC)
     ts = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
     entries = [{"id": "exp", "variant": "treatment", "qualified": True}]

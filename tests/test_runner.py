@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from abstream.components import COMPONENTS, select
+from abstream.config import load_config
 from abstream.errors import UsageError
 from abstream.io.tables import EVENTS_TABLE, read_table
 from abstream.runner import run_continuously
@@ -53,7 +54,13 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
 
 
 def test_components_are_chosen_by_name_in_pipeline_order():
-    assert [c.name for c in select(["metrics", "ingest"])] == ["ingest", "metrics"]
-    assert [c.name for c in select([])] == ["ingest", "sessionize", "metrics"]
+    files = load_config(environ={})
+    assert [c.name for c in select(["metrics", "ingest"], files)] == ["ingest", "metrics"]
+    assert [c.name for c in select([], files)] == ["ingest", "sessionize", "metrics"]
     with pytest.raises(UsageError, match="unknown component 'ingset'"):
-        select(["ingset"])
+        select(["ingset"], files)
+    kafka = load_config(environ={"ABSTREAM__SOURCE": "kafka"})
+    assert [c.name for c in select([], kafka)] == ["validate", "archive", "sessionize",
+                                                   "metrics"]
+    with pytest.raises(UsageError, match="'ingest' for source kafka; choose from validate"):
+        select(["ingest"], kafka)

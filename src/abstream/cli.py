@@ -12,15 +12,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from abstream import __version__
 from abstream.config import Config, load_config
 from abstream.durations import parse_duration
 from abstream.errors import AbstreamError, UsageError, first_line
 
+if TYPE_CHECKING:
+    from abstream.lag import LagRow
+
 log = logging.getLogger("abstream")
 
-COMPONENT_NAMES = ("ingest", "sessionize", "metrics")
 
 
 def _effect(text: str) -> tuple[str, float]:
@@ -101,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", parents=[common],
                               help="run components until stopped (or once, with --once)")
     run.add_argument("components", nargs="*",
-                     metavar="COMPONENT", help=f"any of {', '.join(COMPONENT_NAMES)} (default all)")
+                     metavar="COMPONENT",
+                     help="any of ingest, sessionize, metrics (source: files) or validate, "
+                          "archive, sessionize, metrics (source: kafka); default all")
     run.add_argument("--once", action="store_true",
                      help="process all available input (AvailableNow) and exit")
     run.add_argument("--no-exporter", action="store_true",
@@ -190,6 +195,7 @@ def _log_written(records: int) -> None:
 
 def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
     from abstream.generator import GeneratorSettings, generate, generate_to_kafka
+    from abstream.kafka.topics import ensure_topics
     from abstream.layout import Layout
 
     settings = GeneratorSettings(
@@ -208,6 +214,7 @@ def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
     log.info("writing %s records into %s%s", f"{args.events:,}", target,
              f" at {args.rate:,.0f}/s" if args.rate else "")
     if args.to == "kafka":
+        ensure_topics(config.kafka.bootstrap_servers, [topic], config.kafka.partitions)
         summary = generate_to_kafka(settings, config.kafka.bootstrap_servers, topic,
                                     _log_written)
     else:
@@ -228,7 +235,7 @@ def _cmd_run(args: argparse.Namespace, config: Config) -> int:
     from abstream.monitor.exporter import Exporter
     from abstream.runner import pipeline, run_continuously, run_once
 
-    components = select(args.components)
+    components = select(args.components, config)
     stop = _stop_on_signals()
     exporter = Exporter(config)
     if not args.no_exporter:
@@ -335,7 +342,12 @@ def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
     from abstream.lag import LagMonitor
     from abstream.monitor.targets import monitored_sources
 
-    rows = LagMonitor(monitored_sources(config)).rows()
+    monitor = LagMonitor(monitored_sources(config),
+                         kafka_bootstrap_servers=config.kafka.bootstrap_servers)
+    try:
+        rows = monitor.rows()
+    finally:
+        monitor.close()
     if args.json:
         print(json.dumps([row.to_dict() for row in rows]))
         return 0
@@ -344,7 +356,7 @@ def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
     lines = [header] + [(
         row.component, row.source, row.status, _seconds(row.lag_seconds),
         row.oldest_unprocessed_commit_ts or "-",
-        f"{row.unprocessed_versions} {'files' if row.source_kind == 'files' else 'versions'}",
+        _unprocessed(row),
         f"{row.unprocessed_bytes:,}",
         "-" if row.last_committed_batch is None else str(row.last_committed_batch),
     ) for row in rows]
@@ -355,6 +367,12 @@ def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
         if row.detail and row.status == "error":
             log.warning("%s on %s: %s", row.component, row.source, row.detail)
     return 0
+
+
+def _unprocessed(row: LagRow) -> str:
+    if row.offsets_behind is not None:
+        return f"{row.offsets_behind:,} records"
+    return f"{row.unprocessed_versions} {'files' if row.source_kind == 'files' else 'versions'}"
 
 
 def _seconds(value: float) -> str:

@@ -21,6 +21,7 @@ from abstream.errors import ConfigError
 
 ENV_PREFIX = "ABSTREAM__"
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 
 
 def _duration(value: object) -> timedelta:
@@ -46,7 +47,7 @@ SparkConfValue = Annotated[str, BeforeValidator(_spark_conf_value)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def _default_jars_cache() -> Path:
@@ -60,7 +61,7 @@ class SparkSettings(_Section):
     master: str = "local[2]"
     app_name: str = "abstream"
     conf: dict[str, SparkConfValue] = Field(default_factory=dict)
-    packages: list[str] = Field(default_factory=lambda: [DELTA_PACKAGE])
+    packages: list[str] = Field(default_factory=lambda: [DELTA_PACKAGE, KAFKA_PACKAGE])
     manage_jars: bool = True
     jars_cache: Path = Field(default_factory=_default_jars_cache)
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
@@ -133,9 +134,47 @@ class LocalKafkaSettings(_Section):
 
 
 class KafkaSettings(_Section):
+    """The broker and topics of the Kafka path (``source: kafka``)."""
+
     bootstrap_servers: str = "127.0.0.1:9092"
     topic: str = Field(default="beacons", min_length=1)
+    valid_topic: str = Field(default="beacons.valid", min_length=1)
+    rejected_topic: str = Field(default="beacons.rejected", min_length=1)
+    #: Partitions of the topics abstream creates when they are missing.
+    partitions: int = Field(default=1, ge=1)
     local: LocalKafkaSettings = Field(default_factory=LocalKafkaSettings)
+
+
+class ValidateSettings(_Section):
+    """Kafka ``kafka.topic`` -> ``kafka.valid_topic`` + ``kafka.rejected_topic``: stateless.
+
+    ``microbatch``: a micro-batch every ``trigger`` (0 = back to back), offsets written
+    before and after each batch. ``async``: the same with asynchronous progress tracking,
+    offsets written every ``async_checkpoint_interval``. ``realtime``: Spark's real-time
+    mode, records flow as they arrive, offsets written every ``realtime_checkpoint_interval``.
+    """
+
+    mode: Literal["microbatch", "async", "realtime"] = "microbatch"
+    trigger: Duration = timedelta(0)
+    async_checkpoint_interval: Duration = timedelta(seconds=1)
+    realtime_checkpoint_interval: Duration = timedelta(seconds=30)
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _intervals(self) -> ValidateSettings:
+        if self.realtime_checkpoint_interval < timedelta(seconds=5):
+            raise ValueError("realtime_checkpoint_interval must be at least 5 seconds")
+        if self.async_checkpoint_interval < timedelta(0):
+            raise ValueError("async_checkpoint_interval must not be negative")
+        return self
+
+
+class ArchiveSettings(_Section):
+    """Kafka ``kafka.valid_topic`` + ``kafka.rejected_topic`` -> bronze ``events`` +
+    quarantine ``rejected`` (the checks and de-duplication of ``ingest`` apply)."""
+
+    trigger: Duration = timedelta(seconds=5)
+    max_offsets_per_trigger: int = Field(default=200_000, gt=0)
 
 
 class MonitoredComponentSettings(_Section):
@@ -165,12 +204,16 @@ class MonitorSettings(_Section):
 
 class Config(_Section):
     data_dir: str = "abstream-data"
+    #: Where beacons come from: JSON-lines files in the landing folder, or a Kafka topic.
+    source: Literal["files", "kafka"] = "files"
     spark: SparkSettings = Field(default_factory=SparkSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from abstream.batch import BatchRequest, BatchResult, run_batch
-from abstream.components import COMPONENTS
+from abstream.components import pipeline_components
 from abstream.config import Config
 from abstream.errors import UsageError
 from abstream.generator import GenerationSummary, GeneratorSettings, generate
@@ -90,6 +90,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
              effects: Mapping[str, float] = DEFAULT_EFFECTS,
              stop: threading.Event | None = None) -> DemoResult:
     began = time.monotonic()
+    config = config.model_copy(update={"source": "files"})
     layout = Layout.of(config.data_dir)
     prepare_data_dir(layout.local())
     landing = layout.local(layout.landing)
@@ -106,7 +107,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
 
     log.info("starting Spark (%s)", config.spark.master)
     with pipeline(config) as ctx:
-        run_once(ctx, list(COMPONENTS.values()), stop)
+        run_once(ctx, pipeline_components(ctx.config), stop)
         log.info("batch layer: recomputing everything in bronze")
         batch = run_batch(ctx, BatchRequest("all"), stop)
         spark = ctx.spark

@@ -1,4 +1,4 @@
-"""The JVM packages (Delta Lake, later the Kafka connector): fetched from Maven Central once.
+"""The JVM packages (Delta Lake and the Kafka connector): fetched from Maven Central once.
 
 The first SparkSession resolves ``spark.packages`` through Spark's own Ivy into
 ``spark.jars_cache`` and records the resolved JAR files in a manifest. Later sessions load
@@ -38,6 +38,9 @@ PROVIDED_BY_SPARK = (
     "org.xerial.snappy:snappy-java",
     "com.github.luben:zstd-jni",
     "org.lz4:lz4-java",
+    "at.yawk.lz4:lz4-java",
+    "org.scala-lang:scala-library",
+    "org.scala-lang.modules:scala-parallel-collections_2.13",
     "org.roaringbitmap:RoaringBitmap",
     "org.roaringbitmap:shims",
     "io.airlift:aircompressor",

@@ -61,6 +61,10 @@ class RunStats:
         with self._lock:
             stats = self._components.setdefault(name, ComponentStats())
             written = self._pending.pop((name, batch_id), Counter())
+            # Sinks other than foreachBatch (Kafka) count their own output rows.
+            sink_rows = int((progress.get("sink") or {}).get("numOutputRows") or -1)
+            if not written and sink_rows > 0:
+                written = Counter(records=sink_rows)
             stats.batches += 1
             stats.input_rows += int(progress.get("numInputRows") or 0)
             stats.busy_seconds += (progress.get("batchDuration") or 0) / 1000

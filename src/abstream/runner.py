@@ -18,7 +18,6 @@ from pyspark.sql.streaming import StreamingQuery
 
 from abstream.components import Component, Context
 from abstream.config import Config
-from abstream.durations import spark_interval
 from abstream.errors import AbstreamError, Interrupted, first_line
 from abstream.layout import Layout
 from abstream.monitor.exporter import Exporter
@@ -32,12 +31,7 @@ GRACE_SECONDS = 300.0
 
 
 def _start(ctx: Context, component: Component, once: bool) -> StreamingQuery:
-    writer = component.build(ctx)
-    if once:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=spark_interval(component.trigger(ctx.config)))
-    return writer.start()
+    return component.start(ctx, once).start()
 
 
 def _failure(component: str, exc: BaseException) -> AbstreamError:
@@ -65,8 +59,8 @@ def run_once(ctx: Context, components: Sequence[Component],
     output), then return."""
     for component in components:
         began = time.monotonic()
-        log.info("%s: %s -> %s, all available input", component.name,
-                 ", ".join(component.reads), ", ".join(component.writes))
+        log.info("%s: %s, all available input", component.name,
+                 component.describe(ctx.config))
         query = _start(ctx, component, once=True)
         try:
             while not query.awaitTermination(POLL_SECONDS):
@@ -88,8 +82,7 @@ def run_continuously(ctx: Context, components: Sequence[Component],
     try:
         for component in components:
             queries[component.name] = _start(ctx, component, once=False)
-            log.info("%s: %s -> %s, every %s", component.name, ", ".join(component.reads),
-                     ", ".join(component.writes), spark_interval(component.trigger(ctx.config)))
+            log.info("%s: %s", component.name, component.describe(ctx.config))
         while not stop.is_set():
             for name, query in queries.items():
                 if not query.isActive:
@@ -98,13 +91,26 @@ def run_continuously(ctx: Context, components: Sequence[Component],
             stop.wait(POLL_SECONDS)
         log.info("stopping after the current micro-batches")
     finally:
-        _stop_gracefully(list(queries.values()))
+        _stop_gracefully(list(queries.values()), [
+            queries[c.name] for c in components
+            if c.name in queries and not c.trigger(ctx.config)])
 
 
-def _stop_gracefully(queries: Sequence[StreamingQuery]) -> None:
+def _stop_gracefully(queries: Sequence[StreamingQuery],
+                     back_to_back: Sequence[StreamingQuery] = ()) -> None:
+    """Stop each query once the batch it is in has ended: when its trigger is idle, or, for
+    queries whose batches follow each other without a pause (trigger 0, real-time mode,
+    whose batches last a checkpoint interval), when a later batch has reported progress."""
     deadline = time.monotonic() + GRACE_SECONDS
+    running = {query.id: _last_batch(query) for query in back_to_back}
     for query in queries:
         while (query.isActive and query.status.get("isTriggerActive")
+               and not (query.id in running and _last_batch(query) != running[query.id])
                and time.monotonic() < deadline):
             time.sleep(0.05)
         query.stop()
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress["batchId"])

@@ -69,6 +69,10 @@ EVENTS = StructType(
     ]
 )
 
+#: A valid beacon as the Kafka path writes it to ``kafka.valid_topic`` (JSON): the event
+#: columns of bronze, without where and when it was read.
+VALID_BEACON = StructType(EVENTS.fields[: EVENTS.fieldNames().index("source_file")])
+
 #: quarantine ``rejected``: the raw record, why it was refused, where it came from.
 REJECTED = StructType(
     [

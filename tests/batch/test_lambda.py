@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from abstream.batch import BatchRequest, run_batch
-from abstream.components import COMPONENTS
+from abstream.components import pipeline_components
 from abstream.generator import GeneratorSettings, generate
 from abstream.io.tables import METRICS_TABLE, read_table
 from abstream.runner import run_continuously, run_once
@@ -58,7 +58,7 @@ def test_stream_and_batch_agree_on_in_order_data_without_duplicates(ctx):
     clock = (reference.parse_ts(last) + timedelta(hours=3)).isoformat(timespec="milliseconds")
     write_lines(landing, "beacons-zz-clock.jsonl",
                 [dumps(beacon("clock", clock.replace("+00:00", "Z"), experiments=[]))])
-    run_once(ctx, list(COMPONENTS.values()))
+    run_once(ctx, pipeline_components(ctx.config))
     result = run_batch(ctx, BatchRequest("all"))
     assert result.events == summary.events + 1
 
@@ -77,10 +77,10 @@ def test_late_events_are_dropped_by_the_stream_counted_and_included_by_the_batch
     ctx = reconfigure(ctx, "metrics", lateness=timedelta(minutes=30))
     land(ctx, "on-time", [("a", at(10)), ("a", at(10, 5)), ("b", at(10)),
                           ("clock-1", at(12)), ("clock-2", at(13))])
-    run_once(ctx, list(COMPONENTS.values()))
+    run_once(ctx, pipeline_components(ctx.config))
     # Behind both watermarks now (sessionize 12:45, metrics 11:30).
     land(ctx, "late", [("a", at(10, 10)), ("c", at(10, 20))])
-    run_once(ctx, list(COMPONENTS.values()))
+    run_once(ctx, pipeline_components(ctx.config))
     stats = ctx.stats.as_dict()
     assert stats["sessionize"]["late_rows_dropped"] == 2
     assert stats["metrics"]["late_rows_dropped"] == 2
@@ -126,7 +126,7 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
 
     def stream() -> None:
         try:
-            run_continuously(ctx, list(COMPONENTS.values()), stop)
+            run_continuously(ctx, pipeline_components(ctx.config), stop)
         except Exception as exc:  # reported by the assertion below
             failures.append(exc)
 

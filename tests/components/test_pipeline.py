@@ -2,18 +2,20 @@
 
 from pathlib import Path
 
-from abstream.components import COMPONENTS
+from abstream.components import COMPONENTS, pipeline_components
 from abstream.generator import GeneratorSettings, generate
 from abstream.io.tables import (
-    EVENTS_TABLE,
     METRICS_TABLE,
-    REJECTED_TABLE,
     SESSIONS_TABLE,
     read_table,
 )
 from abstream.runner import run_once
-from tests import reference
-from tests.helpers import forget_commits_after, landing_records, totals
+from tests.helpers import (
+    assert_speed_layer_matches_reference,
+    forget_commits_after,
+    landing_records,
+    totals,
+)
 
 
 def _gold_totals(ctx):
@@ -23,30 +25,14 @@ def _gold_totals(ctx):
 def test_speed_layer_matches_the_reference_on_generated_data(ctx):
     generate(GeneratorSettings(events=6_000, seed=4, late_rate=0.0, malformed_rate=0.01,
                                file_events=1_500), Path(ctx.layout.landing))
-    run_once(ctx, list(COMPONENTS.values()))
+    run_once(ctx, pipeline_components(ctx.config))
 
-    lines = landing_records(Path(ctx.layout.landing))
-    events = reference.valid_unique_events(lines)
-    assert read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count() == len(events)
-    rejected = sum(reference.valid_event(line) is None for line in lines)
-    assert read_table(ctx.spark, REJECTED_TABLE, ctx.layout).count() == rejected
-
-    # Visits the stream has closed: the last event + gap is behind the final watermark.
-    watermark = max(e["ts"] for e in events) - ctx.config.sessionize.lateness
-    gap = ctx.config.sessionize.gap
-    closed = [v for v in reference.visits(events, gap) if v["end"] + gap <= watermark]
-    assert read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).count() == len(closed)
-
-    expected = reference.totals(events, closed)
-    actual = _gold_totals(ctx)
-    assert actual.keys() == expected.keys()
-    for key, values in expected.items():
-        assert actual[key] == values, key
+    assert_speed_layer_matches_reference(ctx, landing_records(Path(ctx.layout.landing)))
 
 
 def test_metrics_replay_leaves_gold_unchanged(ctx):
     generate(GeneratorSettings(events=1_500, seed=8, file_events=500), Path(ctx.layout.landing))
-    run_once(ctx, list(COMPONENTS.values()))
+    run_once(ctx, pipeline_components(ctx.config))
     before = _gold_totals(ctx)
     gold_versions = ctx.spark.sql(
         f"DESCRIBE HISTORY delta.`{ctx.layout.experiment_metrics}`").count()

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from abstream.components import COMPONENTS
+from abstream.components import COMPONENTS, pipeline_components
 from abstream.generator import GeneratorSettings, generate
 from abstream.monitor.exporter import Exporter
 from abstream.runner import pipeline, run_once
@@ -44,7 +44,7 @@ def test_exporter_on_a_real_pipeline(spark, config, tmp_path):
     summary = generate(GeneratorSettings(events=1_500, seed=3, file_events=500), landing)
     exporter = Exporter(config)
     with pipeline(config, exporter) as ctx:
-        run_once(ctx, list(COMPONENTS.values()))
+        run_once(ctx, pipeline_components(ctx.config))
         layout = ctx.layout
         found = scrape(exporter)
         for component, source in [("ingest", layout.landing), ("sessionize", layout.events),

@@ -1,24 +1,41 @@
-"""The speed layer's components, in pipeline order."""
+"""The speed layer's components, in pipeline order, for each kind of source."""
 
 from __future__ import annotations
 
-from abstream.components import ingest, metrics, sessionize
+from abstream.components import archive, ingest, metrics, sessionize, validate
 from abstream.components.base import Component, Context
+from abstream.config import Config
 from abstream.errors import UsageError
 
 COMPONENTS: dict[str, Component] = {
-    c.name: c for c in (ingest.COMPONENT, sessionize.COMPONENT, metrics.COMPONENT)
+    c.name: c for c in (ingest.COMPONENT, validate.COMPONENT, archive.COMPONENT,
+                        sessionize.COMPONENT, metrics.COMPONENT)
 }
 
-__all__ = ["COMPONENTS", "Component", "Context", "select"]
+#: The components each ``source`` runs: files arrive in the landing folder, Kafka records
+#: pass the validation stage and are archived.
+PIPELINES: dict[str, tuple[str, ...]] = {
+    "files": ("ingest", "sessionize", "metrics"),
+    "kafka": ("validate", "archive", "sessionize", "metrics"),
+}
+
+__all__ = ["COMPONENTS", "Component", "Context", "pipeline_components", "select"]
 
 
-def select(names: list[str] | None) -> list[Component]:
-    """The named components in pipeline order (all of them when ``names`` is empty)."""
+def pipeline_components(config: Config) -> list[Component]:
+    """The components of ``config.source``, in pipeline order."""
+    return [COMPONENTS[name] for name in PIPELINES[config.source]]
+
+
+def select(names: list[str] | None, config: Config) -> list[Component]:
+    """The named components in pipeline order (all of the source's when ``names`` is
+    empty)."""
+    available = pipeline_components(config)
     if not names:
-        return list(COMPONENTS.values())
-    unknown = [n for n in names if n not in COMPONENTS]
+        return available
+    known = [c.name for c in available]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise UsageError(f"unknown component {unknown[0]!r}; "
-                         f"choose from {', '.join(COMPONENTS)}")
-    return [c for name, c in COMPONENTS.items() if name in names]
+        raise UsageError(f"unknown component {unknown[0]!r} for source {config.source}; "
+                         f"choose from {', '.join(known)}")
+    return [c for c in available if c.name in names]

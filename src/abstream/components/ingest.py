@@ -8,20 +8,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from abstream.components.base import Component, Context, stream_writer
+from abstream.components.base import BatchWrite, Component, Context, stream_writer
 from abstream.io import sinks
 from abstream.io.sources import landing_lines
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, ensure_table
 from abstream.stages import validate
 
 
-def build(ctx: Context) -> DataStreamWriter:
-    settings = ctx.config.ingest
+def bronze_write(ctx: Context) -> BatchWrite:
+    """Writes checked records: valid events to bronze, refused ones to quarantine."""
     events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
     rejected_path = ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout)
-    lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
-    parsed = validate.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
-    deduped = validate.drop_duplicate_events(parsed, settings.dedupe_window)
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         batch.persist()
@@ -38,7 +35,15 @@ def build(ctx: Context) -> DataStreamWriter:
             batch.unpersist()
         return {"events": counts["events"], "rejected": counts["rejected"]}
 
-    return stream_writer(ctx, "ingest", deduped, write)
+    return write
+
+
+def build(ctx: Context) -> DataStreamWriter:
+    settings = ctx.config.ingest
+    lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
+    parsed = validate.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
+    deduped = validate.drop_duplicate_events(parsed, settings.dedupe_window)
+    return stream_writer(ctx, "ingest", deduped, bronze_write(ctx))
 
 
 COMPONENT = Component(

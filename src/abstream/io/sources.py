@@ -44,3 +44,19 @@ def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int,
         .option("skipChangeCommits", skip_change_commits)
         .load(path)
     )
+
+
+def kafka_stream(spark: SparkSession, bootstrap_servers: str, topics: list[str],
+                 max_offsets_per_trigger: int | None = None) -> DataFrame:
+    """The records of Kafka ``topics`` from their start (or the checkpoint's offsets):
+    key, value, topic, partition, offset, timestamp, headers."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+    )
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
+    return reader.load()

@@ -6,7 +6,13 @@ For a component C reading a Delta table S::
           processed (committed in its checkpoint), or 0 when there is none
 
 For a component reading a folder of files (Spark's file source) a file plays the part of a
-version and its modification time that of the commit time. Everything is read from the
+version and its modification time that of the commit time. For a component reading a Kafka
+topic (``kafka://TOPIC``), per partition::
+
+    lag = now - broker timestamp of the record at the checkpoint's next offset, or 0 when
+          the partition is read to its end
+
+and the topic's lag is the largest of its partitions'. Everything is read from the
 checkpoint and the table's log when asked, so the lag keeps growing from the wall clock
 while a component is stopped, and survives restarts and scheduled (AvailableNow) runs.
 """
@@ -19,6 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from confluent_kafka import KafkaException
+
+from abstream.kafka.topics import TopicReader
 from abstream.lag.checkpoint import CheckpointReader, Committed, normalise_path
 from abstream.lag.deltalog import DeltaLogReader, Version
 from abstream.lag.storage import Storage
@@ -32,6 +41,8 @@ NEVER_RUN = "never_run"
 SOURCE_MISSING = "source_missing"
 ERROR = "error"
 
+KAFKA_SCHEME = "kafka://"
+
 #: The index of a Delta source offset that points before a version's first file.
 BASE_INDEX = -1
 
@@ -44,6 +55,17 @@ class MonitoredSource:
     checkpoint: str
     source: str
     slo_seconds: float = 900.0
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One partition of a Kafka source."""
+
+    partition: int
+    next_offset: int
+    end_offset: int
+    offsets_behind: int
+    lag_seconds: float
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,9 @@ class LagRow:
     last_commit_ts: str | None
     source_kind: str
     detail: str | None = None
+    #: Kafka sources: records not read yet, in all partitions and per partition.
+    offsets_behind: int | None = None
+    partitions: tuple[PartitionLag, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,11 +109,14 @@ class LagMonitor:
     """Computes lag rows; keeps its readers, so every call after the first is incremental."""
 
     def __init__(self, sources: Iterable[MonitoredSource],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 kafka_bootstrap_servers: str | None = None) -> None:
         self.sources = list(sources)
         self.clock = clock
+        self.kafka_bootstrap_servers = kafka_bootstrap_servers
         self._tables: dict[str, DeltaLogReader] = {}
         self._checkpoints: dict[str, CheckpointReader] = {}
+        self._topics: TopicReader | None = None
 
     def table(self, location: str) -> DeltaLogReader:
         if location not in self._tables:
@@ -126,8 +154,10 @@ class LagMonitor:
                               committed=committed, now_ms=now_ms)
             if kind == "delta":
                 return self._delta_row(monitored, committed, now_ms)
+            if kind == "kafka":
+                return self._kafka_row(monitored, committed, now_ms)
             return self._files_row(monitored, committed, now_ms)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, KafkaException) as exc:
             log.warning("lag of %s on %s: %s", monitored.component, monitored.source, exc)
             return _build(monitored, ERROR, kind=kind or "unknown", table=None, files=[],
                           committed=committed, now_ms=now_ms, detail=str(exc))
@@ -145,6 +175,49 @@ class LagMonitor:
         """The unprocessed files of a Delta source (after ``rows()`` refreshed its reader)."""
         committed = self.checkpoint(monitored.checkpoint).committed()
         return delta_state(self.table(monitored.source), committed)[1]
+
+    def topics(self) -> TopicReader:
+        if self._topics is None:
+            if self.kafka_bootstrap_servers is None:
+                raise ValueError("a kafka:// source needs kafka.bootstrap_servers")
+            self._topics = TopicReader(self.kafka_bootstrap_servers)
+        return self._topics
+
+    def _kafka_row(self, monitored: MonitoredSource, committed: Committed | None,
+                   now_ms: int) -> LagRow:
+        topic = monitored.source.removeprefix(KAFKA_SCHEME)
+        offsets = next((o[topic] for o in (committed.offsets if committed else ())
+                        if o is not None and isinstance(o.get(topic), dict)), None)
+        next_offsets = {int(p): int(o) for p, o in (offsets or {}).items()}
+        if self.topics().partitions(topic) is None:
+            status, positions = SOURCE_MISSING, []
+        else:
+            positions = self.topics().positions(topic, next_offsets)
+            status = NEVER_RUN if offsets is None else \
+                BEHIND if any(p.behind for p in positions) else CAUGHT_UP
+        partitions = tuple(PartitionLag(
+            p.partition, p.next_offset, p.end_offset, p.behind,
+            round(max(0.0, (now_ms - p.next_timestamp_ms) / 1000), 3)
+            if p.next_timestamp_ms is not None else 0.0) for p in positions)
+        oldest = min((p.next_timestamp_ms for p in positions
+                      if p.next_timestamp_ms is not None), default=None)
+        behind = sum(p.offsets_behind for p in partitions)
+        return LagRow(
+            component=monitored.component, source=monitored.source, status=status,
+            lag_seconds=max((p.lag_seconds for p in partitions), default=0.0),
+            last_processed_version=None, latest_version=None,
+            oldest_unprocessed_version=None,
+            oldest_unprocessed_commit_ts=iso_from_ms(oldest) if oldest is not None else None,
+            unprocessed_versions=0, unprocessed_bytes=0,
+            last_committed_batch=committed.batch_id if committed else None,
+            last_commit_ts=iso_from_ms(committed.committed_ms) if committed else None,
+            source_kind="kafka", detail=f"{behind:,} records in {len(partitions)} partitions "
+            "not read", offsets_behind=behind, partitions=partitions)
+
+    def close(self) -> None:
+        if self._topics is not None:
+            self._topics.close()
+            self._topics = None
 
     def _files_row(self, monitored: MonitoredSource, committed: Committed | None,
                    now_ms: int) -> LagRow:
@@ -169,7 +242,10 @@ class LagMonitor:
 
 
 def source_kind(location: str) -> str | None:
-    """'delta' for a Delta table, 'files' for a plain folder, None when neither exists."""
+    """'kafka' for ``kafka://TOPIC``, 'delta' for a Delta table, 'files' for a plain folder,
+    None when neither exists."""
+    if location.startswith(KAFKA_SCHEME):
+        return "kafka"
     storage = Storage(location)
     if storage.entry(storage.path("_delta_log")) is not None:
         return "delta"

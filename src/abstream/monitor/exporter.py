@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 STATUSES = (CAUGHT_UP, "behind", "never_run", "source_missing", ERROR)
 ARRIVAL_COLUMN = "arrived_at"
+ENTRY_COMPONENTS = ("validate", "archive")
 
 
 class LagCollector(Collector):
@@ -40,7 +41,7 @@ class LagCollector(Collector):
         self.layout = Layout.of(config.data_dir)
         self.own = config.monitor.include_own
         self.clock = clock
-        self.monitor = LagMonitor(self.sources, clock)
+        self.monitor = LagMonitor(self.sources, clock, config.kafka.bootstrap_servers)
         if self.own:  # system lag reads each bronze file's earliest arrival from its stats
             self.monitor.watch_stats(self.layout.events, ARRIVAL_COLUMN)
 
@@ -62,11 +63,14 @@ class LagCollector(Collector):
         yield duration
 
     def system_lag(self, rows: list[LagRow]) -> float:
-        """max(ingest's lag on landing, now - earliest arrival in bronze files metrics has
-        not read): both sides measure from when a beacon arrived."""
+        """max(the lag of the components before bronze — ingest on landing, or validate and
+        archive on their topics —, now - earliest arrival in bronze files metrics has not
+        read): both sides measure from when a beacon arrived (for archive: from when it
+        reached the valid topic, milliseconds after it arrived)."""
         now_ms = self.clock() * 1000
         ingest = [r.lag_seconds for r in rows
-                  if r.component == "ingest" and r.source == self.layout.landing]
+                  if (r.component == "ingest" and r.source == self.layout.landing)
+                  or (r.component in ENTRY_COMPONENTS and r.source_kind == "kafka")]
         metrics = MonitoredSource("metrics", self.layout.checkpoint("metrics"),
                                   self.layout.events)
         pending = self.monitor.pending_files(metrics) if self.monitor.table(
@@ -122,6 +126,13 @@ def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
     age = GaugeMetricFamily("abstream_component_last_commit_age_seconds",
                             "Time since the last micro-batch was committed",
                             labels=["component"])
+    behind = family("abstream_component_offsets_behind",
+                    "Kafka sources: records not read yet, all partitions")
+    partition_lag = family("abstream_kafka_partition_lag_seconds",
+                           "Age of the first record not read yet in one partition (0 if none)",
+                           ["partition"])
+    partition_behind = family("abstream_kafka_partition_offsets_behind",
+                              "Records not read yet in one partition", ["partition"])
     objectives = {(s.component, s.source): s.slo_seconds for s in sources}
     seen: set[str] = set()
     for row in rows:
@@ -132,6 +143,11 @@ def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
         slo.add_metric(key, objectives[(row.component, row.source)])
         if row.last_processed_version is not None:
             processed.add_metric(key, row.last_processed_version)
+        if row.offsets_behind is not None:
+            behind.add_metric(key, row.offsets_behind)
+        for part in row.partitions:
+            partition_lag.add_metric([*key, str(part.partition)], part.lag_seconds)
+            partition_behind.add_metric([*key, str(part.partition)], part.offsets_behind)
         for name in STATUSES:
             status.add_metric([*key, name], 1.0 if row.status == name else 0.0)
         if row.component not in seen and row.last_committed_batch is not None:
@@ -141,7 +157,8 @@ def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
                 moment = epoch_from_iso(row.last_commit_ts)
                 committed.add_metric([row.component], moment)
                 age.add_metric([row.component], max(0.0, now - moment))
-    yield from (lag, versions, size, processed, status, slo, batch, committed, age)
+    yield from (lag, versions, size, processed, status, slo, batch, committed, age, behind,
+                partition_lag, partition_behind)
 
 
 class Exporter:

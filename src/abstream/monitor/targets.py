@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from abstream.components import COMPONENTS
+from abstream.components import pipeline_components
 from abstream.config import Config
-from abstream.lag import MonitoredSource
+from abstream.lag import KAFKA_SCHEME, MonitoredSource
 from abstream.layout import Layout
 
 
@@ -15,9 +15,9 @@ def monitored_sources(config: Config) -> list[MonitoredSource]:
     default_slo = config.monitor.slo.total_seconds()
     sources = []
     if config.monitor.include_own:
-        sources = [MonitoredSource(c.name, layout.checkpoint(c.name), getattr(layout, read),
-                                   default_slo)
-                   for c in COMPONENTS.values() for read in c.reads]
+        sources = [MonitoredSource(c.name, layout.checkpoint(c.name), location, default_slo)
+                   for c in pipeline_components(config)
+                   for location in c.sources(config, layout)]
     for item in config.monitor.components:
         slo = item.slo.total_seconds() if item.slo is not None else default_slo
         sources.append(MonitoredSource(item.name, item.checkpoint, item.source, slo))
@@ -33,7 +33,8 @@ def watched_tables(config: Config) -> dict[str, str]:
         tables = {name: getattr(layout, name) for name in
                   ("events", "rejected", "sessions", "experiment_metrics")}
     for location in [*(s.source for s in monitored_sources(config)), *config.monitor.tables]:
-        if location not in tables.values() and location != layout.landing:
+        if location not in tables.values() and location != layout.landing \
+                and not location.startswith(KAFKA_SCHEME):
             tables[table_name(location)] = location
     return tables
 

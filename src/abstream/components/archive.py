@@ -1,0 +1,33 @@
+"""archive: Kafka ``kafka.valid_topic`` + ``kafka.rejected_topic`` -> bronze ``events`` +
+quarantine ``rejected``, de-duplicated as ``ingest`` does (the validation stage upstream
+delivers at least once)."""
+
+from __future__ import annotations
+
+from pyspark.sql.streaming import DataStreamWriter
+
+from abstream.components.base import Component, Context, stream_writer
+from abstream.components.ingest import bronze_write
+from abstream.io.sources import kafka_stream
+from abstream.kafka.topics import ensure_topics
+from abstream.stages import kafka_records, validate
+
+
+def build(ctx: Context) -> DataStreamWriter:
+    kafka = ctx.config.kafka
+    topics = [kafka.valid_topic, kafka.rejected_topic]
+    ensure_topics(kafka.bootstrap_servers, topics, kafka.partitions)
+    records = kafka_stream(ctx.spark, kafka.bootstrap_servers, topics,
+                           ctx.config.archive.max_offsets_per_trigger)
+    parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
+    deduped = validate.drop_duplicate_events(parsed, ctx.config.ingest.dedupe_window)
+    return stream_writer(ctx, "archive", deduped, bronze_write(ctx))
+
+
+COMPONENT = Component(
+    name="archive",
+    reads=("kafka.valid_topic", "kafka.rejected_topic"),
+    writes=("events", "rejected"),
+    build=build,
+    trigger=lambda config: config.archive.trigger,
+)
