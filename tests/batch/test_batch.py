@@ -8,7 +8,13 @@ from abstream.batch import BatchRequest, run_batch
 from abstream.batch.coverage import latest_coverage
 from abstream.batch.ranges import TimeRange
 from abstream.components import COMPONENTS
-from abstream.io.tables import COVERAGE_TABLE, METRICS_TABLE, SESSIONS_TABLE, read_table
+from abstream.io.tables import (
+    COVERAGE_TABLE,
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    read_table,
+)
 from abstream.runner import run_once
 from abstream.serving import serving_view
 from tests.batch.timeline import at, ingest
@@ -109,3 +115,17 @@ def test_an_explicit_range_stops_at_the_end_of_the_data(ctx):
     clamped = run_batch(ctx, BatchRequest("range", at(8), at(12)))
     assert clamped.ranges == [TimeRange(at(8), at(9, 5))], "not into hours with no data yet"
     assert run_batch(ctx, BatchRequest("range", at(10), at(12))).ranges == []
+
+
+def test_duplicates_that_passed_the_stream_are_counted_once(ctx):
+    ingest(ctx, "dupes", [("a", at(1)), ("a", at(1, 10)), ("b", at(1, 20))])
+    events = read_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    # A repeat arriving after ingest.dedupe_window is in bronze twice.
+    events.where("session_id = 'a'").write.format("delta").mode("append") \
+        .save(ctx.layout.events)
+    assert read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count() == 5
+    run_batch(ctx, BatchRequest("all"))
+    assert batch_visits(ctx)["a@01:00"] == (at(1), at(1, 10), 2)
+    gold = read_table(ctx.spark, METRICS_TABLE, ctx.layout) \
+        .where("layer = 'batch' AND population = 'assigned'")
+    assert gold.agg(F.sum("events"), F.sum("visits")).first() == (3, 2)

@@ -59,10 +59,13 @@ def between(column: str, start: datetime, end: datetime) -> Column:
 
 
 def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
+    """Bronze events in [start, end), each event_id once: the stream drops repeats only
+    within ``ingest.dedupe_window`` of each other; copies of one event share its time, so
+    they fall in the same range."""
     # event_date is the partition column: naming it lets Delta skip whole partitions.
     return bronze.where(
         (F.col("event_date") >= F.lit(start.date())) & (F.col("event_date") <= F.lit(end.date()))
-        & between("event_ts", start, end))
+        & between("event_ts", start, end)).dropDuplicates(["event_id"])
 
 
 def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,

@@ -1,0 +1,1 @@
+"""Experiment reports: comparisons of variants with their statistics."""

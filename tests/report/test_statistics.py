@@ -1,0 +1,94 @@
+"""The statistics against scipy on the same data, and by simulation."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from abstream.report.statistics import (
+    MeanMoments,
+    RatioMoments,
+    delta_ratio,
+    srm_p_value,
+    welch,
+)
+
+
+def _means(values: np.ndarray) -> MeanMoments:
+    return MeanMoments(len(values), float(values.sum()), float((values ** 2).sum()))
+
+
+def _ratios(x: np.ndarray, y: np.ndarray) -> RatioMoments:
+    return RatioMoments(len(x), float(x.sum()), float(y.sum()), float((x * x).sum()),
+                        float((y * y).sum()), float((x * y).sum()))
+
+
+def test_welch_equals_scipy_on_the_same_data():
+    rng = np.random.default_rng(3)
+    control = rng.exponential(20.0, 800)
+    variant = rng.exponential(23.0, 650) * rng.uniform(0.5, 1.5, 650)
+    result = welch(_means(control), _means(variant))
+    reference = stats.ttest_ind(variant, control, equal_var=False)
+    interval = reference.confidence_interval(0.95)
+    assert result.p_value == pytest.approx(reference.pvalue, rel=1e-9)
+    assert (result.difference_low, result.difference_high) == pytest.approx(
+        (interval.low, interval.high), rel=1e-9)
+    assert result.lift == pytest.approx(variant.mean() / control.mean() - 1)
+
+
+def test_delta_method_equals_the_linearised_per_unit_variance():
+    rng = np.random.default_rng(4)
+    visits = rng.poisson(1.8, 5_000) + 1
+    orders = rng.binomial(visits, 0.07)
+    moments = _ratios(orders.astype(float), visits.astype(float))
+    ratio = orders.sum() / visits.sum()
+    linearised = (orders - ratio * visits) / visits.mean()
+    assert moments.variance == pytest.approx(linearised.var(ddof=1) / len(visits), rel=1e-9)
+
+
+def test_delta_method_with_one_per_unit_is_the_z_test_of_means():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(10, 3, 2_000), rng.normal(10.3, 3, 2_100)
+    result = delta_ratio(_ratios(a, np.ones_like(a)), _ratios(b, np.ones_like(b)))
+    z = (b.mean() - a.mean()) / np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    assert result.p_value == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-9)
+
+
+def test_srm_equals_scipy_chisquare():
+    assert srm_p_value([5_100, 4_900], [1, 1]) == pytest.approx(
+        stats.chisquare([5_100, 4_900]).pvalue, rel=1e-12)
+    assert srm_p_value([3_000, 1_000, 1_050], [2, 1, 1]) == pytest.approx(
+        stats.chisquare([3_000, 1_000, 1_050], [2_525, 1_262.5, 1_262.5]).pvalue, rel=1e-12)
+    assert srm_p_value([5_300, 4_700], [1, 1]) < 1e-8, "a 53/47 split of 10,000 is flagged"
+    assert srm_p_value([0, 0], [1, 1]) is None
+
+
+def _visitors(rng, n: int, conversion: float) -> tuple[np.ndarray, np.ndarray]:
+    visits = rng.poisson(1.5, n) + 1
+    return rng.binomial(visits, conversion).astype(float), visits.astype(float)
+
+
+def test_a_a_false_positive_rate_is_close_to_five_percent():
+    rng = np.random.default_rng(6)
+    experiments = 400
+    positives = sum(
+        delta_ratio(_ratios(*_visitors(rng, 2_000, 0.05)),
+                    _ratios(*_visitors(rng, 2_000, 0.05))).p_value < 0.05
+        for _ in range(experiments))
+    assert 0.03 <= positives / experiments <= 0.07, positives
+
+
+def test_a_planted_lift_is_recovered():
+    rng = np.random.default_rng(7)
+    result = delta_ratio(_ratios(*_visitors(rng, 40_000, 0.050)),
+                         _ratios(*_visitors(rng, 40_000, 0.055)))
+    assert result.p_value < 0.05
+    assert result.ci_low < 0.10 < result.ci_high
+    assert result.ci_low > 0
+
+
+def test_too_few_units_or_no_denominator_compare_nothing():
+    one = MeanMoments(1, 5.0, 25.0)
+    assert welch(one, MeanMoments(10, 50.0, 300.0)) is None
+    assert delta_ratio(RatioMoments(5, 0, 0, 0, 0, 0), RatioMoments(5, 1, 5, 1, 5, 1)) is None
+    flat = welch(MeanMoments(3, 6.0, 12.0), MeanMoments(3, 6.0, 12.0))
+    assert (flat.p_value, flat.lift, flat.difference_low) == (1.0, 0.0, 0.0)
