@@ -6,24 +6,13 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer
-
 from abstream.generator import GeneratorSettings, generate, generate_to_kafka
 from tests.helpers import landing_records
+from tests.kafka.kafka_helpers import read_topic
 
 
 def _consume(bootstrap: str, topic: str, expected: int) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    values: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(values) < expected and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is not None and not message.error():
-            values.append(message.value().decode())
-    consumer.close()
-    return values
+    return [m.value().decode() for m in read_topic(bootstrap, topic, expected)]
 
 
 def test_kafka_gets_the_same_beacons_as_landing_files(kafka_broker, tmp_path):

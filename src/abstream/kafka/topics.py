@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from abstream.errors import AbstreamError
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +45,12 @@ def ensure_topics(bootstrap_servers: str, names: list[str], partitions: int) -> 
     _await_partitions(admin, missing)
 
 
-def _await_partitions(admin: object, names: list[str]) -> None:
+def _await_partitions(admin: AdminClient, names: list[str]) -> None:
     """New topics reach every broker's metadata a moment after creation; a query started
     before that would see no partitions."""
     deadline = time.monotonic() + TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        topics = admin.list_topics(timeout=TIMEOUT_SECONDS).topics  # type: ignore[attr-defined]
+        topics = admin.list_topics(timeout=TIMEOUT_SECONDS).topics
         if all(name in topics and topics[name].partitions for name in names):
             return
         time.sleep(0.1)
@@ -90,13 +94,17 @@ class TopicReader:
             return None
         return sorted(found.partitions)
 
-    def positions(self, topic: str, next_offsets: dict[int, int]) -> list[PartitionPosition]:
+    def positions(self, topic: str,
+                  next_offsets: dict[int, int]) -> list[PartitionPosition] | None:
         """Each partition of ``topic`` with the consumer at ``next_offsets`` (the log start
-        for partitions it has not read)."""
+        for partitions it has not read); None when the topic does not exist."""
         from confluent_kafka import TopicPartition
 
+        partitions = self.partitions(topic)
+        if partitions is None:
+            return None
         result = []
-        for partition in self.partitions(topic) or []:
+        for partition in partitions:
             low, high = self._consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=TIMEOUT_SECONDS)
             offset = max(next_offsets.get(partition, low), low)

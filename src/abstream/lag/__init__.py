@@ -189,10 +189,10 @@ class LagMonitor:
         offsets = next((o[topic] for o in (committed.offsets if committed else ())
                         if o is not None and isinstance(o.get(topic), dict)), None)
         next_offsets = {int(p): int(o) for p, o in (offsets or {}).items()}
-        if self.topics().partitions(topic) is None:
+        positions = self.topics().positions(topic, next_offsets)
+        if positions is None:
             status, positions = SOURCE_MISSING, []
         else:
-            positions = self.topics().positions(topic, next_offsets)
             status = NEVER_RUN if offsets is None else \
                 BEHIND if any(p.behind for p in positions) else CAUGHT_UP
         partitions = tuple(PartitionLag(
