@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages abstream needs when they are missing.
 #   scripts/install-system-deps.sh run    Java 17 (Spark's JVM)
-#   scripts/install-system-deps.sh test   the same, plus Prometheus and its Pushgateway
+#   scripts/install-system-deps.sh test   the same, plus Prometheus, its Pushgateway and
+#                                         Chromium (the HTML report's screenshot test)
 set -euo pipefail
 
 want=()
@@ -18,6 +19,7 @@ if [ "${1:-run}" = "test" ]; then
   # Prometheus, promtool and the Pushgateway: the monitoring tests run the real ones.
   command -v promtool >/dev/null 2>&1 || want+=(prometheus)
   command -v prometheus-pushgateway >/dev/null 2>&1 || want+=(prometheus-pushgateway)
+  command -v chromium >/dev/null 2>&1 || want+=(chromium fonts-dejavu-core)
 fi
 
 if [ ${#want[@]} -eq 0 ]; then

@@ -110,8 +110,11 @@ def _visit(events: list[dict]) -> dict:
             key = (entry["id"], entry["variant"])
             entries[key] = entries.get(key, False) or bool(entry.get("qualified", False))
     return {
+        "visitor": events[0]["visitor_id"],
         "start": events[0]["ts"],
         "end": events[-1]["ts"],
+        "orders": kinds.count("order"),
+        "revenue_cents": sum(round(e["revenue"] * 100) for e in events if e["type"] == "order"),
         "bounce": kinds.count("pageview") == 1 and "add_to_cart" not in kinds
         and "order" not in kinds,
         "error_visit": "error" in kinds,
@@ -146,4 +149,19 @@ def totals(events: list[dict], visit_list: list[dict]) -> dict[tuple[str, str, s
                 r["visits"] += 1
                 r["bounces"] += visit["bounce"]
                 r["error_visits"] += visit["error_visit"]
+    return result
+
+
+def per_visitor(visit_list: list[dict]) -> dict[tuple[str, str, str], dict[str, list[int]]]:
+    """Per (experiment, variant, population), per visitor: [visits, orders, revenue in cents,
+    bounces, error visits] over the visits attributed to it."""
+    result: dict[tuple[str, str, str], dict[str, list[int]]] = {}
+    for visit in visit_list:
+        for (experiment, variant), qualified in visit["entries"].items():
+            for population in ["assigned"] + (["qualified"] if qualified else []):
+                values = result.setdefault((experiment, variant, population), {}) \
+                    .setdefault(visit["visitor"], [0, 0, 0, 0, 0])
+                for i, amount in enumerate((1, visit["orders"], visit["revenue_cents"],
+                                            visit["bounce"], visit["error_visit"])):
+                    values[i] += amount
     return result

@@ -25,7 +25,8 @@ def _run(args, env=None, timeout=60, **kwargs):
 def test_help_lists_the_commands():
     result = _run(["--help"])
     assert result.returncode == 0
-    for command in ("generate", "run", "demo", "batch", "serving", "lag", "exporter", "jars"):
+    for command in ("generate", "run", "demo", "batch", "serving", "report", "lag", "exporter",
+                    "jars"):
         assert command in result.stdout
 
 
@@ -37,6 +38,9 @@ def test_help_lists_the_commands():
     (["batch", "--from", "2026-01-05T00:00Z"], {}, "--from and --to go together"),
     (["batch", "--from", "2026-01-06", "--to", "2026-01-05"], {}, "needs --from before --to"),
     (["batch", "--all"], {"ABSTREAM__BATCH__CHUNK": "0 hours"}, "config: batch:"),
+    (["report", "--html", "/nonexistent/report.html"], {}, "folder /nonexistent does not"),
+    (["report"], {"ABSTREAM__REPORT__ALLOCATION": "{exp: {control: 0}}"},
+     "weights must be positive"),
 ])
 def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
     result = _run([*args, "--data-dir", str(tmp_path)], env=env)
@@ -90,9 +94,11 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
         figures["duplicate_rows"]
     assert figures["visits"] > 0 and figures["gold_rows"] > 0
     assert figures["batch"]["events"] == figures["bronze_rows"], "the batch layer saw it all"
-    assert all(line.rstrip().endswith("final") for line in lines
-               if line.startswith(("checkout_button", "search_ranking", "homepage_banner")))
-    assert any(line.startswith("checkout_button") for line in lines)
+    headers = [line for line in lines
+               if line.startswith(("checkout_button /", "search_ranking /", "homepage_banner /"))]
+    assert len(headers) == 6 and all(": final;" in line for line in headers), headers
+    assert {e["experiment_id"] for e in figures["report"]["experiments"]} == {
+        "checkout_button", "search_ranking", "homepage_banner"}
     assert any(line.startswith("reconciliation:") and "[ok]" in line for line in lines)
     assert "ingest     batch 0" in result.stderr, "progress is shown"
 

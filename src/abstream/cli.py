@@ -73,33 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"abstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    gen = commands.add_parser("generate", parents=[common],
-                              help="write synthetic beacons into the landing folder")
-    gen.add_argument("--events", type=int, required=True, metavar="N",
-                     help="records to write (events + duplicates + malformed)")
-    gen.add_argument("--seed", type=int, default=1, metavar="S")
-    gen.add_argument("--rate", type=float, metavar="EV_PER_S",
-                     help="write at this many records per second (default: as fast as possible)")
-    gen.add_argument("--effect", type=_effect, action="append", default=[],
-                     metavar="METRIC=LIFT",
-                     help="planted relative lift of every treatment: conversion, revenue, "
-                          "bounce, errors, page_load (repeatable)")
-    gen.add_argument("--start", type=_start, metavar="TIME",
-                     help="first event time, ISO-8601 or 'now' (default 2026-01-05T00:00Z, "
-                          "or now with --rate)")
-    gen.add_argument("--span", type=_duration, metavar="DURATION",
-                     help="event-time span of new visits (default 1 day; N/rate with --rate)")
-    gen.add_argument("--late-rate", type=float, default=0.01, metavar="P")
-    gen.add_argument("--late-max", type=_duration, default=parse_duration("2 hours"),
-                     metavar="DURATION")
-    gen.add_argument("--duplicate-rate", type=float, default=0.01, metavar="P")
-    gen.add_argument("--malformed-rate", type=float, default=0.002, metavar="P")
-    gen.add_argument("--file-events", type=int, default=10_000, metavar="N",
-                     help="records per file")
-    gen.add_argument("--to", choices=("landing", "kafka"), default="landing",
-                     help="landing files (default), or messages to Kafka (kafka.bootstrap_servers)")
-    gen.add_argument("--topic", metavar="NAME", help="with --to kafka (default kafka.topic)")
-    gen.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _generate_parser(commands, common)
 
     run = commands.add_parser("run", parents=[common],
                               help="run components until stopped (or once, with --once)")
@@ -147,6 +121,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="print the view's CREATE VIEW statement for a metastore instead")
     serving.add_argument("--name", default="abstream_serving", help="the view's name")
 
+    _report_parser(commands, common)
+
     kafka = commands.add_parser(
         "kafka-local", parents=[common],
         help="a single-node Kafka broker on 127.0.0.1 for local use (KRaft, Maven Central JARs)")
@@ -161,6 +137,49 @@ def _parser() -> argparse.ArgumentParser:
     jars.add_argument("--comma", action="store_true",
                       help="one comma-separated line (for spark-submit --jars)")
     return parser
+
+
+def _generate_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser
+                     ) -> None:
+    gen = commands.add_parser("generate", parents=[common],
+                              help="write synthetic beacons into the landing folder")
+    gen.add_argument("--events", type=int, required=True, metavar="N",
+                     help="records to write (events + duplicates + malformed)")
+    gen.add_argument("--seed", type=int, default=1, metavar="S")
+    gen.add_argument("--rate", type=float, metavar="EV_PER_S",
+                     help="write at this many records per second (default: as fast as possible)")
+    gen.add_argument("--effect", type=_effect, action="append", default=[],
+                     metavar="METRIC=LIFT",
+                     help="planted relative lift of every treatment: conversion, revenue, "
+                          "bounce, errors, page_load (repeatable)")
+    gen.add_argument("--start", type=_start, metavar="TIME",
+                     help="first event time, ISO-8601 or 'now' (default 2026-01-05T00:00Z, "
+                          "or now with --rate)")
+    gen.add_argument("--span", type=_duration, metavar="DURATION",
+                     help="event-time span of new visits (default 1 day; N/rate with --rate)")
+    gen.add_argument("--late-rate", type=float, default=0.01, metavar="P")
+    gen.add_argument("--late-max", type=_duration, default=parse_duration("2 hours"),
+                     metavar="DURATION")
+    gen.add_argument("--duplicate-rate", type=float, default=0.01, metavar="P")
+    gen.add_argument("--malformed-rate", type=float, default=0.002, metavar="P")
+    gen.add_argument("--file-events", type=int, default=10_000, metavar="N",
+                     help="records per file")
+    gen.add_argument("--to", choices=("landing", "kafka"), default="landing",
+                     help="landing files (default), or messages to Kafka (kafka.bootstrap_servers)")
+    gen.add_argument("--topic", metavar="NAME", help="with --to kafka (default kafka.topic)")
+    gen.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _report_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser
+                   ) -> None:
+    report = commands.add_parser(
+        "report", parents=[common],
+        help="compare every variant with control: lifts, intervals, p-values, SRM")
+    report.add_argument("--json", action="store_true",
+                        help="print the report as one JSON object (the last line)")
+    report.add_argument("--html", metavar="FILE", type=Path,
+                        help="write a self-contained HTML report with plots (text is then "
+                             "not printed; --json still is)")
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -262,7 +281,7 @@ def _cmd_run(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     from abstream.demo import DEFAULT_EFFECTS, run_demo
-    from abstream.summary import format_table
+    from abstream.report.text import render_text
 
     if args.events <= 0:
         raise UsageError("--events must be positive")
@@ -270,7 +289,7 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     result = run_demo(config, events=args.events, seed=args.seed, effects=effects,
                       stop=_stop_on_signals())
     print()
-    print(format_table(result.totals))
+    print(render_text(result.report))
     print()
     figures = result.figures()
     mark = "ok" if result.reconciled else "MISMATCH"
@@ -321,6 +340,27 @@ def _cmd_serving(args: argparse.Namespace, config: Config) -> int:
     spark = spark_session(config.spark)
     windowing = Windowing.of(config.metrics)
     print(format_table(variant_totals(serving_view(spark, layout, args.name), windowing)))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace, config: Config) -> int:
+    from abstream.layout import Layout
+    from abstream.report.build import build_report
+    from abstream.report.text import render_text
+    from abstream.spark import spark_session
+
+    if args.html is not None and not args.html.parent.is_dir():
+        raise UsageError(f"--html: folder {args.html.parent} does not exist")
+    report = build_report(spark_session(config.spark), Layout.of(config.data_dir), config)
+    if args.html is not None:
+        from abstream.report.html import render_html
+
+        args.html.write_text(render_html(report), encoding="utf-8")
+        log.info("HTML report written to %s", args.html)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    elif args.html is None:
+        print(render_text(report))
     return 0
 
 
@@ -404,7 +444,7 @@ def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
 
 COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo,
             "batch": _cmd_batch, "serving": _cmd_serving, "kafka-local": _cmd_kafka_local,
-            "lag": _cmd_lag,
+            "report": _cmd_report, "lag": _cmd_lag,
             "exporter": _cmd_exporter, "jars": _cmd_jars}
 
 

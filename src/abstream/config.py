@@ -202,6 +202,26 @@ class MonitorSettings(_Section):
     pushgateway: str | None = None
 
 
+class ReportSettings(_Section):
+    """``abstream report``: every variant compared with its experiment's control."""
+
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    #: An experiment's sample-ratio-mismatch p-value below this is flagged.
+    srm_threshold: float = Field(default=0.001, gt=0, lt=1)
+    #: Allocation weights per experiment and variant; an experiment not named here is
+    #: expected to split its visitors equally among the variants seen.
+    allocation: dict[str, dict[str, float]] = Field(default_factory=dict)
+    #: Points of the lift-over-time series (cumulative, on a rounded time step).
+    points: int = Field(default=24, ge=2, le=500)
+
+    @model_validator(mode="after")
+    def _positive_weights(self) -> ReportSettings:
+        for experiment, weights in self.allocation.items():
+            if not weights or any(w <= 0 for w in weights.values()):
+                raise ValueError(f"allocation of {experiment}: weights must be positive")
+        return self
+
+
 class Config(_Section):
     data_dir: str = "abstream-data"
     #: Where beacons come from: JSON-lines files in the landing folder, or a Kafka topic.
@@ -215,6 +235,7 @@ class Config(_Section):
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
         return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})

@@ -25,10 +25,8 @@ from abstream.io.tables import (
     read_table,
 )
 from abstream.layout import Layout
+from abstream.report.build import Report, build_report
 from abstream.runner import pipeline, run_once
-from abstream.serving import serving_view
-from abstream.stages.metrics import Windowing
-from abstream.summary import VariantTotals, variant_totals
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ class DemoResult:
     visits: int
     gold_rows: int
     elapsed_seconds: float
-    totals: list[VariantTotals]
+    report: Report
     batch: BatchResult
     components: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -72,6 +70,7 @@ class DemoResult:
             "events_per_second": round(self.generated.records / self.elapsed_seconds),
             "generator": {k: v for k, v in self.generated.to_dict().items() if k != "files"},
             "components": self.components,
+            "report": self.report.to_dict(),
         }
 
 
@@ -112,7 +111,8 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
         batch = run_batch(ctx, BatchRequest("all"), stop)
         spark = ctx.spark
         gold = read_table(spark, METRICS_TABLE, layout).where("layer = 'speed'")
-        windowing = Windowing.of(config.metrics)
+        log.info("report: every variant against control")
+        report = build_report(spark, layout, config)
         return DemoResult(
             generated=generated,
             bronze_rows=read_table(spark, EVENTS_TABLE, layout).count(),
@@ -121,7 +121,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
             visits=read_table(spark, SESSIONS_TABLE, layout).where("layer = 'speed'").count(),
             gold_rows=gold.count(),
             elapsed_seconds=time.monotonic() - began,
-            totals=variant_totals(serving_view(spark, layout), windowing),
+            report=report,
             batch=batch,
             components=ctx.stats.as_dict(),
         )

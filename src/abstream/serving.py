@@ -1,5 +1,6 @@
 """The serving view: per gold window, the batch layer's final row where the batch layer
-has covered the window's range, otherwise the speed layer's provisional row.
+has covered the window's range, otherwise the speed layer's provisional row. Silver visits
+are served by the same rule on the visit's start (``serving_visits``).
 
 The view is plain Spark SQL over the Delta tables, so it is always current (no refresh
 job) and any engine with a metastore can hold it as a permanent view
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from abstream.io.tables import COVERAGE_TABLE, METRICS_TABLE, ensure_table
+from abstream.io.tables import COVERAGE_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.layout import Layout
 
 VIEW_NAME = "abstream_serving"
@@ -20,19 +21,25 @@ def _table(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-def serving_query(layout: Layout) -> str:
-    """The view's SELECT: gold's columns plus ``final``."""
-    gold, coverage = _table(layout.experiment_metrics), _table(layout.batch_coverage)
-    covered = "g.window_start >= c.range_start AND g.window_start < c.range_end"
+def _layered_query(table: str, time_column: str, layout: Layout) -> str:
+    """Batch rows whose ``time_column`` the batch layer covers (final), speed rows
+    elsewhere (provisional)."""
+    rows, coverage = _table(table), _table(layout.batch_coverage)
+    covered = f"g.{time_column} >= c.range_start AND g.{time_column} < c.range_end"
     return (
-        f"SELECT g.*, true AS final FROM {gold} g\n"
+        f"SELECT g.*, true AS final FROM {rows} g\n"
         f"  LEFT SEMI JOIN {coverage} c ON {covered}\n"
         f"  WHERE g.layer = 'batch'\n"
         f"UNION ALL\n"
-        f"SELECT g.*, false AS final FROM {gold} g\n"
+        f"SELECT g.*, false AS final FROM {rows} g\n"
         f"  LEFT ANTI JOIN {coverage} c ON {covered}\n"
         f"  WHERE g.layer = 'speed'"
     )
+
+
+def serving_query(layout: Layout) -> str:
+    """The view's SELECT: gold's columns plus ``final``."""
+    return _layered_query(layout.experiment_metrics, "window_start", layout)
 
 
 def create_view_statement(layout: Layout, name: str = VIEW_NAME) -> str:
@@ -49,3 +56,10 @@ def serving_view(spark: SparkSession, layout: Layout, name: str | None = VIEW_NA
     if name:
         view.createOrReplaceTempView(name)
     return view
+
+
+def serving_visits(spark: SparkSession, layout: Layout) -> DataFrame:
+    """Silver visits, one layer per visit: silver's columns plus ``final``."""
+    ensure_table(spark, SESSIONS_TABLE, layout)
+    ensure_table(spark, COVERAGE_TABLE, layout)
+    return spark.sql(_layered_query(layout.sessions, "visit_start", layout))

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from abstream.stages.metrics import Windowing
+from abstream.times import from_micros, micros_from
+
+#: Rolling unique visitors: the periods before the report's time, by column name.
+ROLLING = {"visitors_1h": timedelta(hours=1), "visitors_24h": timedelta(hours=24)}
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,11 @@ class VariantTotals:
     units: int
     error_visits: int
     pageviews: int
+    page_load_ms_sum: int
+    page_load_count: int
     final: bool
+    visitors_1h: int | None = None
+    visitors_24h: int | None = None
 
     @property
     def bounce_rate(self) -> float:
@@ -48,17 +57,35 @@ def tiling_windows(gold: DataFrame, windowing: Windowing) -> DataFrame:
     return gold.where(F.unix_micros("window_start") % int(length_us) == 0)
 
 
-def variant_totals(serving: DataFrame, windowing: Windowing) -> list[VariantTotals]:
+def _visitors(sketches: Column) -> Column:
+    return F.coalesce(F.hll_sketch_estimate(F.hll_union_agg(sketches, True)), F.lit(0))
+
+
+def newest_window_end(serving: DataFrame) -> datetime | None:
+    """The end of the newest window in the serving view: the data's present."""
+    micros = serving.agg(F.unix_micros(F.max("window_end"))).first()[0]
+    return None if micros is None else from_micros(micros)
+
+
+def variant_totals(serving: DataFrame, windowing: Windowing, as_of: datetime | None = None
+                   ) -> list[VariantTotals]:
     """Totals over all windows of the serving view, visitors by merging the windows' HLL
-    sketches; final when every window is."""
+    sketches; final when every window is. With ``as_of``, also the rolling unique visitors
+    of the windows starting in the last hour and day before it."""
+    rolling = [] if as_of is None else [
+        _visitors(F.when(F.unix_micros("window_start") >= micros_from(as_of - period),
+                         F.col("visitors_sketch"))).alias(name)
+        for name, period in ROLLING.items()]
     rows = (
         tiling_windows(serving, windowing)
         .groupBy("experiment_id", "variant", "population")
         .agg(
-            F.hll_sketch_estimate(F.hll_union_agg("visitors_sketch", True)).alias("visitors"),
+            _visitors(F.col("visitors_sketch")).alias("visitors"),
             *(F.sum(c).alias(c) for c in ("visits", "bounces", "orders", "revenue", "units",
-                                          "error_visits", "pageviews")),
+                                          "error_visits", "pageviews", "page_load_ms_sum",
+                                          "page_load_count")),
             F.bool_and("final").alias("final"),
+            *rolling,
         )
         .orderBy("experiment_id", "population", "variant")
         .collect()
@@ -80,9 +107,14 @@ def format_table(totals: list[VariantTotals]) -> str:
                       f"{t.visits:,}", f"{t.bounce_rate:.1%}", f"{t.orders:,}",
                       f"{t.conversion_rate:.2%}", lift, f"{t.revenue:,.2f}",
                       f"{t.revenue_per_visitor:.2f}", "final" if t.final else "provisional"))
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    text = ["  ".join(cell.ljust(w) if i < 3 or i == len(header) - 1 else cell.rjust(w)
-                      for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+    return render_table(lines, left=(0, 1, 2, len(header) - 1))
+
+
+def render_table(lines: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> str:
+    """Aligned columns under a rule; the ``left`` columns left-aligned, others right."""
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    text = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
             for row in lines]
     text.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(text)

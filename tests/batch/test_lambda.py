@@ -143,13 +143,13 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
     try:
         wait_until(lambda: read_table(ctx.spark, METRICS_TABLE, ctx.layout).count() > 0,
                    "speed rows in gold", 180)
-        runs = [run_batch(ctx, BatchRequest("all")) for _ in range(2)]
+        before = ctx.stats.component("metrics").batches
+        run = run_batch(ctx, BatchRequest("all"))
+        during = ctx.stats.component("metrics").batches - before
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=300)
     assert not failures, failures
-    assert all(run.metric_rows > 0 for run in runs)
-    speed_batches = ctx.stats.component("metrics").batches
-    print(f"2 batch runs beside {speed_batches} metrics micro-batches, no conflict")
-    assert speed_batches >= 3
+    assert run.metric_rows > 0
+    assert during >= 2, "the stream wrote gold while the batch layer replaced its rows"

@@ -35,18 +35,20 @@ BATCH = "batch"
 
 @dataclass(frozen=True)
 class Recomputed:
-    """One range's batch-layer rows and what they depend on. ``visits`` stays cached until
-    ``release``; ``counts`` fills in (events, gold rows) once gold has been written."""
+    """One range's batch-layer rows and what they depend on. The events read and the
+    visits stay cached until ``release``; ``counts`` fills in (events, gold rows) once gold
+    has been written."""
 
     visits: DataFrame
     gold: DataFrame
     counts: Observation
     depends_from: datetime
     depends_until: datetime
-    cached: DataFrame
+    cached: tuple[DataFrame, ...]
 
     def release(self) -> None:
-        self.cached.unpersist()
+        for frame in self.cached:
+            frame.unpersist()
 
 
 def micros(ts: datetime) -> Column:
@@ -58,14 +60,19 @@ def between(column: str, start: datetime, end: datetime) -> Column:
     return (F.col(column) >= micros(start)) & (F.col(column) < micros(end))
 
 
+#: The bronze columns sessions and metrics read (pruned before de-duplication).
+_COLUMNS = tuple(dict.fromkeys(("event_id", *sessions.SESSION_INPUT, *metrics.EVENT_INPUT)))
+
+
 def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
-    """Bronze events in [start, end), each event_id once: the stream drops repeats only
-    within ``ingest.dedupe_window`` of each other; copies of one event share its time, so
-    they fall in the same range."""
+    """Bronze events in [start, end), each event_id once (cached): the stream drops repeats
+    only within ``ingest.dedupe_window`` of each other; copies of one event share its time,
+    so they fall in the same range."""
     # event_date is the partition column: naming it lets Delta skip whole partitions.
     return bronze.where(
         (F.col("event_date") >= F.lit(start.date())) & (F.col("event_date") <= F.lit(end.date()))
-        & between("event_ts", start, end)).dropDuplicates(["event_id"])
+        & between("event_ts", start, end)).select(*_COLUMNS).dropDuplicates(["event_id"]) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
@@ -77,7 +84,8 @@ def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
     needed_end = span.end + windowing.length - windowing.step
     read_end = min(needed_end + config.batch.lookahead, data_end)
     while True:
-        visits = sessions.assemble_visits(_read(bronze, span.start - gap, read_end), gap) \
+        read = _read(bronze, span.start - gap, read_end)
+        visits = sessions.assemble_visits(read, gap) \
             .where(between("visit_start", span.start, needed_end)) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         last_end = visits.agg(F.unix_micros(F.max("visit_end"))).first()[0]
@@ -86,10 +94,12 @@ def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
             break
         log.info("a visit runs on past %s: reading the rest of bronze", read_end)
         visits.unpersist()
+        read.unpersist()
         read_end = data_end
 
     counts = Observation("batch")
-    events = _read(bronze, span.start, needed_end).observe(
+    # needed_end <= read_end or past the data: the events are all in what was read.
+    events = read.where(between("event_ts", span.start, needed_end)).observe(
         counts, F.count_if(F.col("event_ts") < micros(span.end)).alias("events"))
     gold = metrics.with_lineage(
         metrics.experiment_metrics(events, visits, windowing, config.metrics.hll_lg_k,
@@ -104,5 +114,5 @@ def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
         counts=counts,
         depends_from=span.start - gap,
         depends_until=max(needed_end, last_end + gap),
-        cached=visits,
+        cached=(visits, read),
     )

@@ -50,6 +50,11 @@ class Windowing:
         return F.window(ts, spark_interval(self.length), spark_interval(self.slide))
 
 
+#: The event columns the metrics read.
+EVENT_INPUT = ("event_ts", "visitor_id", "experiments", "type", "revenue", "units",
+               "page_load_ms")
+
+
 def _event_facts(events: DataFrame) -> DataFrame:
     is_type = {kind: (F.col("type") == kind).cast("long")
                for kind in ("pageview", "add_to_cart", "order", "error")}

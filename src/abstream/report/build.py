@@ -1,0 +1,256 @@
+"""The experiment report: per experiment and population, the variants' numbers from the
+serving view, every variant compared with control, the sample-ratio check, and the
+cumulative comparisons over time for the plots.
+
+Counts (visits, orders, revenue, ...) are the serving view's, so they include the speed
+layer's freshest events. Comparisons and visitor counts come from served visits with the
+visitor as the unit (:mod:`abstream.report.moments`): a visit counts once it has closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from abstream.config import Config, ReportSettings
+from abstream.layout import Layout
+from abstream.report.moments import (
+    EMPTY,
+    Moments,
+    TimeGrid,
+    VariantSeries,
+    cumulative_series,
+    moment_increments,
+    visit_span,
+)
+from abstream.report.statistics import Comparison, delta_ratio, srm_p_value, welch
+from abstream.serving import serving_view, serving_visits
+from abstream.stages.metrics import Windowing
+from abstream.summary import VariantTotals, newest_window_end, variant_totals
+
+log = logging.getLogger(__name__)
+
+CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A compared metric: a ratio of two per-visitor sums (delta method) or a mean per
+    visitor (Welch)."""
+
+    name: str
+    numerator: str
+    denominator: str | None = None
+
+    def compare(self, control: Moments, variant: Moments, confidence: float
+                ) -> Comparison | None:
+        if self.denominator is None:
+            return welch(control.mean(self.numerator), variant.mean(self.numerator),
+                         confidence)
+        return delta_ratio(control.ratio(self.numerator, self.denominator),
+                           variant.ratio(self.numerator, self.denominator), confidence)
+
+
+METRICS = (
+    Metric("conversion_rate", "orders", "visits"),
+    Metric("revenue_per_visitor", "revenue"),
+    Metric("bounce_rate", "bounces", "visits"),
+    Metric("error_visit_rate", "error_visits", "visits"),
+    Metric("average_order_value", "revenue", "orders"),
+)
+
+
+def _rate(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    """One variant's numbers: counts from the serving view, visitors exact."""
+
+    variant: str
+    visitors: int
+    totals: VariantTotals | None
+
+    def counts(self) -> dict[str, Any]:
+        t = self.totals
+        return {
+            "variant": self.variant, "visitors": self.visitors,
+            "visits": t.visits if t else 0, "bounces": t.bounces if t else 0,
+            "orders": t.orders if t else 0, "revenue": float(t.revenue) if t else 0.0,
+            "units": t.units if t else 0, "error_visits": t.error_visits if t else 0,
+            "pageviews": t.pageviews if t else 0,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.counts()
+        t = self.totals
+        return {
+            **c,
+            "bounce_rate": _rate(c["bounces"], c["visits"]),
+            "conversion_rate": _rate(c["orders"], c["visits"]),
+            "revenue_per_visitor": _rate(c["revenue"], c["visitors"]),
+            "average_order_value": _rate(c["revenue"], c["orders"]),
+            "error_visit_rate": _rate(c["error_visits"], c["visits"]),
+            "page_load_mean_ms": _rate(t.page_load_ms_sum, t.page_load_count) if t else None,
+            "visitors_1h": t.visitors_1h if t else 0,
+            "visitors_24h": t.visitors_24h if t else 0,
+        }
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    variant: str
+    metric: str
+    result: Comparison
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        return {"variant": self.variant, "metric": self.metric,
+                "control_value": r.control_value, "variant_value": r.variant_value,
+                "lift": r.lift, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                "p_value": r.p_value, "difference": r.difference,
+                "difference_ci_low": r.difference_low, "difference_ci_high": r.difference_high}
+
+
+@dataclass(frozen=True)
+class ExperimentReport:
+    experiment_id: str
+    population: str
+    final: bool
+    weights: dict[str, float]
+    srm_p_value: float | None
+    srm_flagged: bool
+    variants: list[VariantReport]
+    comparisons: list[MetricComparison]
+    #: The series' point ends, cumulative visitors per variant and comparisons per
+    #: (variant, metric) at each point (None where there is too little data).
+    times: list[datetime]
+    visitors_over_time: dict[str, list[int]]
+    comparisons_over_time: dict[tuple[str, str], list[Comparison | None]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment_id": self.experiment_id, "population": self.population,
+            "final": self.final, "srm_p_value": self.srm_p_value,
+            "srm_flagged": self.srm_flagged, "allocation": self.weights,
+            "variants": [v.to_dict() for v in self.variants],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    as_of: datetime | None
+    confidence: float
+    experiments: list[ExperimentReport]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"as_of": self.as_of.isoformat().replace("+00:00", "Z") if self.as_of else None,
+                "confidence": self.confidence,
+                "experiments": [e.to_dict() for e in self.experiments]}
+
+
+def _variant_order(variants: set[str]) -> list[str]:
+    return sorted(variants, key=lambda v: (v != CONTROL, v))
+
+
+def _weights(experiment_id: str, variants: list[str], settings: ReportSettings
+             ) -> dict[str, float]:
+    configured = settings.allocation.get(experiment_id)
+    if configured is None:
+        return {v: 1.0 for v in variants}
+    unknown = sorted(set(variants) - configured.keys())
+    if unknown:
+        log.warning("report.allocation of %s has no weight for %s: no SRM check",
+                    experiment_id, ", ".join(unknown))
+        return {}
+    return dict(configured)
+
+
+def _comparisons(control: Moments, variant: Moments, name: str, confidence: float
+                 ) -> list[MetricComparison]:
+    found = []
+    for metric in METRICS:
+        result = metric.compare(control, variant, confidence)
+        if result is not None:
+            found.append(MetricComparison(name, metric.name, result))
+    return found
+
+
+def experiment_report(
+    experiment_id: str,
+    population: str,
+    *,
+    totals: dict[str, VariantTotals],
+    series: dict[str, VariantSeries],
+    times: list[datetime],
+    settings: ReportSettings,
+) -> ExperimentReport:
+    """One experiment and population from its gold totals and visit moments."""
+    names = _variant_order(totals.keys() | series.keys()
+                           | settings.allocation.get(experiment_id, {}).keys())
+    weights = _weights(experiment_id, names, settings)
+    total = {v: series[v].total if v in series else EMPTY for v in names}
+    srm = srm_p_value([total[v].n for v in weights], list(weights.values())) \
+        if weights else None
+    variants = [VariantReport(v, total[v].n, totals.get(v)) for v in names]
+    final = all(t.final for t in totals.values()) and all(s.final for s in series.values())
+
+    def points(name: str) -> list[Moments]:
+        return series[name].points if name in series else [EMPTY] * len(times)
+
+    comparisons: list[MetricComparison] = []
+    over_time: dict[tuple[str, str], list[Comparison | None]] = {}
+    if CONTROL in names:
+        for name in names:
+            if name == CONTROL:
+                continue
+            comparisons += _comparisons(total[CONTROL], total[name], name,
+                                        settings.confidence)
+            for metric in METRICS:
+                over_time[(name, metric.name)] = [
+                    metric.compare(c, v, settings.confidence)
+                    for c, v in zip(points(CONTROL), points(name), strict=True)]
+    return ExperimentReport(
+        experiment_id=experiment_id, population=population, final=final, weights=weights,
+        srm_p_value=srm, srm_flagged=srm is not None and srm < settings.srm_threshold,
+        variants=variants, comparisons=comparisons, times=times,
+        visitors_over_time={v: [m.n for m in points(v)] for v in names},
+        comparisons_over_time=over_time,
+    )
+
+
+def build_report(spark: SparkSession, layout: Layout, config: Config,
+                 progress: Callable[[str], None] = log.info) -> Report:
+    """Read the serving view and served visits, and compare every variant with control."""
+    settings = config.report
+    serving = serving_view(spark, layout, name=None)
+    as_of = newest_window_end(serving)
+    progress("totals per variant from the serving view")
+    totals = variant_totals(serving, Windowing.of(config.metrics), as_of)
+    visits = serving_visits(spark, layout)
+    span = visit_span(visits)
+    series: dict[tuple[str, str, str], VariantSeries] = {}
+    times: list[datetime] = []
+    if span is not None:
+        grid = TimeGrid.spanning(*span, settings.points)
+        progress(f"per-visitor moments over {grid.count} points of {grid.step}")
+        rows = moment_increments(visits, grid).collect()
+        series = cumulative_series((r.asDict() for r in rows), grid)
+        times = [grid.end(k) for k in range(grid.count)]
+    keys = {(t.experiment_id, t.population) for t in totals} | {k[:2] for k in series}
+    experiments = []
+    for experiment_id, population in sorted(keys):
+        experiments.append(experiment_report(
+            experiment_id, population,
+            totals={t.variant: t for t in totals
+                    if (t.experiment_id, t.population) == (experiment_id, population)},
+            series={k[2]: s for k, s in series.items() if k[:2] == (experiment_id, population)},
+            times=times, settings=settings))
+    return Report(as_of, settings.confidence, experiments)

@@ -1,0 +1,85 @@
+"""The report as text: a block per experiment and population."""
+
+from __future__ import annotations
+
+from abstream.report.build import ExperimentReport, MetricComparison, Report, VariantReport
+from abstream.summary import render_table
+
+#: Metrics shown as percentages; the others are money.
+RATES = frozenset({"conversion_rate", "bounce_rate", "error_visit_rate"})
+
+
+def value(metric: str, number: float | None) -> str:
+    if number is None:
+        return "-"
+    return f"{number:.2%}" if metric in RATES else f"{number:,.2f}"
+
+
+def percent(number: float | None, signed: bool = True) -> str:
+    if number is None:
+        return "-"
+    return f"{number:+.1%}" if signed else f"{number:.1%}"
+
+
+def p_value(number: float | None) -> str:
+    if number is None:
+        return "-"
+    return f"{number:.1e}" if number < 1e-3 else f"{number:.3f}"
+
+
+def interval(c: MetricComparison) -> str:
+    r = c.result
+    if r.ci_low is None:
+        return "-"
+    return f"[{percent(r.ci_low)}, {percent(r.ci_high)}]"
+
+
+def status(e: ExperimentReport) -> str:
+    return "final" if e.final else "provisional"
+
+
+def srm_line(e: ExperimentReport) -> str:
+    if e.srm_p_value is None:
+        return "SRM: not checked"
+    weights = ", ".join(f"{v} {w:g}" for v, w in e.weights.items())
+    mark = "  MISMATCH: the split is not the allocation" if e.srm_flagged else ""
+    return f"SRM p = {p_value(e.srm_p_value)} (allocation {weights}){mark}"
+
+
+def variant_row(v: VariantReport) -> tuple[str, ...]:
+    d = v.to_dict()
+    return (v.variant, f"{d['visitors']:,}", f"{d['visits']:,}", percent(d["bounce_rate"], False),
+            f"{d['orders']:,}", value("conversion_rate", d["conversion_rate"]),
+            f"{d['revenue']:,.2f}", value("revenue_per_visitor", d["revenue_per_visitor"]),
+            value("average_order_value", d["average_order_value"]),
+            value("error_visit_rate", d["error_visit_rate"]),
+            "-" if d["page_load_mean_ms"] is None else f"{d['page_load_mean_ms']:,.0f}",
+            f"{d['visitors_1h']:,}", f"{d['visitors_24h']:,}")
+
+
+VARIANT_HEADER = ("variant", "visitors", "visits", "bounce", "orders", "conv.", "revenue",
+                  "rev/visitor", "AOV", "error visits", "load ms", "1h visitors",
+                  "24h visitors")
+COMPARISON_HEADER = ("variant", "metric", "control", "variant", "lift", "CI", "p")
+
+
+def comparison_row(c: MetricComparison) -> tuple[str, ...]:
+    r = c.result
+    return (c.variant, c.metric, value(c.metric, r.control_value),
+            value(c.metric, r.variant_value), percent(r.lift), interval(c), p_value(r.p_value))
+
+
+def render_text(report: Report) -> str:
+    if not report.experiments:
+        return "no experiment data yet (run the pipeline first)"
+    as_of = report.as_of.strftime("%Y-%m-%d %H:%M UTC") if report.as_of else "-"
+    blocks = [f"experiment report as of {as_of}; {report.confidence:.0%} confidence "
+              "intervals; comparisons per visitor over closed visits"]
+    for e in report.experiments:
+        lines = [f"{e.experiment_id} / {e.population}: {status(e)}; {srm_line(e)}",
+                 render_table([VARIANT_HEADER, *map(variant_row, e.variants)])]
+        if e.comparisons:
+            lines.append(render_table([COMPARISON_HEADER,
+                                       *map(comparison_row, e.comparisons)], left=(0, 1)))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

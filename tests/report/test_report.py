@@ -1,0 +1,206 @@
+"""`abstream report` on generated data run through both layers: the numbers against the
+plain-Python reference and scipy, provisional and final marking, SRM, JSON and HTML."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from scipy import stats
+
+from abstream.batch import BatchRequest, run_batch
+from abstream.components import Context, pipeline_components
+from abstream.config import Config
+from abstream.generator import GeneratorSettings, generate
+from abstream.layout import Layout
+from abstream.progress import ProgressListener, RunStats
+from abstream.report.build import Report, build_report
+from abstream.report.html import COLORS, render_html
+from abstream.runner import run_once
+from tests import reference
+from tests.helpers import landing_records, make_config
+
+EXPERIMENT = "checkout_button"
+CONTRACT_VARIANT = {"variant", "visitors", "visits", "bounces", "orders", "revenue", "units",
+                    "error_visits", "pageviews"}
+CONTRACT_COMPARISON = {"variant", "metric", "control_value", "variant_value", "lift", "ci_low",
+                       "ci_high", "p_value"}
+METRIC_NAMES = {"conversion_rate", "revenue_per_visitor", "bounce_rate", "error_visit_rate",
+                "average_order_value"}
+
+
+@dataclass
+class Served:
+    ctx: Context
+    provisional: Report
+    final: Report
+
+
+@pytest.fixture(scope="module")
+def served(spark, tmp_path_factory):
+    data = tmp_path_factory.mktemp("report") / "data"
+    ctx = Context(spark, make_config(data), Layout.of(data), RunStats())
+    listener = ProgressListener(ctx.stats)
+    spark.streams.addListener(listener)
+    try:
+        generate(GeneratorSettings(events=4_000, seed=21, file_events=2_000),
+                 Path(ctx.layout.landing))
+        run_once(ctx, pipeline_components(ctx.config))
+        provisional = build_report(spark, ctx.layout, ctx.config)
+        run_batch(ctx, BatchRequest("all"))
+        final = build_report(spark, ctx.layout, ctx.config)
+    finally:
+        spark.streams.removeListener(listener)
+    return Served(ctx, provisional, final)
+
+
+def _experiment(report: Report, experiment_id: str = EXPERIMENT, population: str = "assigned"):
+    return next(e for e in report.experiments
+                if (e.experiment_id, e.population) == (experiment_id, population))
+
+
+def _comparison(experiment, metric: str, variant: str = "treatment"):
+    return next(c.result for c in experiment.comparisons
+                if (c.variant, c.metric) == (variant, metric))
+
+
+def _reference(ctx: Context):
+    events = reference.valid_unique_events(landing_records(Path(ctx.layout.landing)))
+    visits = reference.visits(events, ctx.config.sessionize.gap)
+    return events, reference.totals(events, visits), reference.per_visitor(visits)
+
+
+def _linearised_delta_p(control: np.ndarray, variant: np.ndarray, x: int, y: int) -> float:
+    """The delta method's p-value computed from raw per-visitor values."""
+    def ratio_and_variance(values: np.ndarray) -> tuple[float, float]:
+        ratio = values[:, x].sum() / values[:, y].sum()
+        linear = (values[:, x] - ratio * values[:, y]) / values[:, y].mean()
+        return ratio, linear.var(ddof=1) / len(values)
+
+    (rc, vc), (rv, vv) = ratio_and_variance(control), ratio_and_variance(variant)
+    return float(2 * stats.norm.sf(abs(rv - rc) / np.sqrt(vc + vv)))
+
+
+def test_speed_layer_numbers_are_marked_provisional_until_the_batch_layer_covers_them(served):
+    assert served.provisional.experiments
+    assert not any(e.final for e in served.provisional.experiments)
+    assert all(e.final for e in served.final.experiments)
+    before, after = _experiment(served.provisional), _experiment(served.final)
+    for early, late in zip(before.variants, after.variants, strict=True):
+        assert 0 < early.visitors <= late.visitors
+
+
+def test_final_report_equals_the_reference_definitions_and_scipy(served):
+    _, totals, visitors = _reference(served.ctx)
+    for experiment in served.final.experiments:
+        for variant in experiment.variants:
+            key = (experiment.experiment_id, variant.variant, experiment.population)
+            counts = variant.counts()
+            expected = totals[key]
+            assert counts["visitors"] == len(visitors[key])
+            for name in ("visits", "bounces", "orders", "error_visits", "pageviews", "units"):
+                assert counts[name] == expected[name], (key, name)
+            assert round(counts["revenue"] * 100) == expected["revenue"]
+
+    experiment = _experiment(served.final)
+    control, treatment = (
+        np.array(list(visitors[(EXPERIMENT, v, "assigned")].values()), dtype=float)
+        for v in ("control", "treatment"))
+    welch = stats.ttest_ind(treatment[:, 2] / 100, control[:, 2] / 100, equal_var=False)
+    revenue = _comparison(experiment, "revenue_per_visitor")
+    assert revenue.p_value == pytest.approx(welch.pvalue, rel=1e-9)
+    interval = welch.confidence_interval(0.95)
+    assert (revenue.difference_low, revenue.difference_high) == pytest.approx(
+        (interval.low, interval.high), rel=1e-9)
+    for metric, x, y in (("conversion_rate", 1, 0), ("bounce_rate", 3, 0),
+                         ("error_visit_rate", 4, 0), ("average_order_value", 2, 1)):
+        result = _comparison(experiment, metric)
+        assert result.control_value == pytest.approx(control[:, x].sum() / control[:, y].sum()
+                                                     / (100 if x == 2 else 1))
+        assert result.p_value == pytest.approx(
+            _linearised_delta_p(control, treatment, x, y), rel=1e-9), metric
+
+
+def test_rolling_unique_visitors_count_the_last_hour_and_day(served):
+    events, _, _ = _reference(served.ctx)
+    as_of = served.final.as_of
+    assert as_of is not None
+    for experiment in served.final.experiments:
+        for variant in experiment.variants:
+            for name, period in (("visitors_1h", timedelta(hours=1)),
+                                 ("visitors_24h", timedelta(hours=24))):
+                exact = {e["visitor_id"] for e in events if e["ts"] >= as_of - period
+                         for entry in e["experiments"]
+                         if (entry["id"], entry["variant"]) == (experiment.experiment_id,
+                                                               variant.variant)
+                         and (experiment.population == "assigned" or entry["qualified"])}
+                estimate = variant.to_dict()[name]
+                assert abs(estimate - len(exact)) <= max(2, 0.05 * len(exact)), name
+
+
+def test_the_series_is_cumulative_and_ends_at_the_totals(served):
+    experiment = _experiment(served.final)
+    for variant in experiment.variants:
+        counts = experiment.visitors_over_time[variant.variant]
+        assert counts == sorted(counts) and counts[-1] == variant.visitors
+    conversion = experiment.comparisons_over_time[("treatment", "conversion_rate")]
+    assert conversion[-1] == _comparison(experiment, "conversion_rate")
+    assert len(experiment.times) == len(conversion) >= 2
+
+
+def test_json_document_follows_the_contract(served):
+    document = json.loads(json.dumps(served.final.to_dict()))
+    assert document["experiments"]
+    for experiment in document["experiments"]:
+        assert experiment.keys() >= {"experiment_id", "population", "final", "srm_p_value",
+                                     "variants", "comparisons"}
+        assert experiment["final"] is True
+        for variant in experiment["variants"]:
+            assert variant.keys() >= CONTRACT_VARIANT
+        assert {c["metric"] for c in experiment["comparisons"]} == METRIC_NAMES
+        for comparison in experiment["comparisons"]:
+            assert comparison.keys() >= CONTRACT_COMPARISON
+            assert comparison["ci_low"] <= comparison["lift"] <= comparison["ci_high"]
+            assert 0 <= comparison["p_value"] <= 1
+
+
+def test_srm_is_checked_against_the_configured_allocation(served):
+    equal = _experiment(served.final)
+    assert equal.srm_p_value > 0.001 and not equal.srm_flagged
+    skewed = Config.model_validate({
+        **served.ctx.config.model_dump(by_alias=True),
+        "report": {"allocation": {EXPERIMENT: {"control": 0.7, "treatment": 0.3}}}})
+    report = build_report(served.ctx.spark, served.ctx.layout, skewed)
+    flagged = _experiment(report)
+    counts = [v.visitors for v in flagged.variants]
+    assert flagged.srm_p_value == pytest.approx(
+        stats.chisquare(counts, [sum(counts) * 0.7, sum(counts) * 0.3]).pvalue, rel=1e-9)
+    assert flagged.srm_flagged
+
+
+def test_html_report_shows_the_plots_in_a_browser(served, tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(render_html(served.final), encoding="utf-8")
+    text = page.read_text()
+    assert not re.search(r"<script|<link|(?:src|href)=[\"']?https?:|url\((?!#)", text), \
+        "nothing to load: readable offline"
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+         "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri()],
+        check=True, capture_output=True, timeout=120)
+    image = np.asarray(Image.open(shot).convert("RGB"), dtype=int)
+    assert image.shape[:2] == (1600, 1280)
+    for color in COLORS[:2]:
+        rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
+        close = (np.abs(image - rgb).sum(axis=2) < 40).sum()
+        assert close > 500, f"the plotted {color} series is not on screen ({close} pixels)"
