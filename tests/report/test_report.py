@@ -23,6 +23,7 @@ from abstream.layout import Layout
 from abstream.progress import ProgressListener, RunStats
 from abstream.report.build import Report, build_report
 from abstream.report.html import COLORS, render_html
+from abstream.report.text import render_text
 from abstream.runner import run_once
 from tests import reference
 from tests.helpers import landing_records, make_config
@@ -169,6 +170,16 @@ def test_json_document_follows_the_contract(served):
             assert comparison.keys() >= CONTRACT_COMPARISON
             assert comparison["ci_low"] <= comparison["lift"] <= comparison["ci_high"]
             assert 0 <= comparison["p_value"] <= 1
+
+
+def test_text_shows_every_number_and_the_status(served):
+    text = render_text(served.final)
+    for header in ("visitors", "visits", "bounce", "orders", "units", "conv.", "revenue",
+                   "rev/visitor", "AOV", "error visits", "load ms", "1h visitors",
+                   "24h visitors", "lift", "CI"):
+        assert header in text
+    assert text.count(": final;") == len(served.final.experiments)
+    assert ": provisional;" in render_text(served.provisional)
 
 
 def test_srm_is_checked_against_the_configured_allocation(served):

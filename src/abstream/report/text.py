@@ -49,7 +49,7 @@ def srm_line(e: ExperimentReport) -> str:
 def variant_row(v: VariantReport) -> tuple[str, ...]:
     d = v.to_dict()
     return (v.variant, f"{d['visitors']:,}", f"{d['visits']:,}", percent(d["bounce_rate"], False),
-            f"{d['orders']:,}", value("conversion_rate", d["conversion_rate"]),
+            f"{d['orders']:,}", f"{d['units']:,}", value("conversion_rate", d["conversion_rate"]),
             f"{d['revenue']:,.2f}", value("revenue_per_visitor", d["revenue_per_visitor"]),
             value("average_order_value", d["average_order_value"]),
             value("error_visit_rate", d["error_visit_rate"]),
@@ -57,7 +57,7 @@ def variant_row(v: VariantReport) -> tuple[str, ...]:
             f"{d['visitors_1h']:,}", f"{d['visitors_24h']:,}")
 
 
-VARIANT_HEADER = ("variant", "visitors", "visits", "bounce", "orders", "conv.", "revenue",
+VARIANT_HEADER = ("variant", "visitors", "visits", "bounce", "orders", "units", "conv.", "revenue",
                   "rev/visitor", "AOV", "error visits", "load ms", "1h visitors",
                   "24h visitors")
 COMPARISON_HEADER = ("variant", "metric", "control", "variant", "lift", "CI", "p")
