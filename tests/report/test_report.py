@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +17,13 @@ from scipy import stats
 
 from abstream.batch import BatchRequest, run_batch
 from abstream.components import Context, pipeline_components
-from abstream.config import Config
+from abstream.config import Config, ReportSettings
 from abstream.generator import GeneratorSettings, generate
 from abstream.layout import Layout
 from abstream.progress import ProgressListener, RunStats
-from abstream.report.build import Report, build_report
+from abstream.report.build import Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
+from abstream.report.moments import EMPTY, Moments, VariantSeries
 from abstream.report.text import render_text
 from abstream.runner import run_once
 from tests import reference
@@ -215,3 +216,22 @@ def test_html_report_shows_the_plots_in_a_browser(served, tmp_path):
         rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
         close = (np.abs(image - rgb).sum(axis=2) < 40).sum()
         assert close > 500, f"the plotted {color} series is not on screen ({close} pixels)"
+
+
+def test_points_before_a_variant_has_visits_have_no_comparison():
+    """An experiment that starts after others has empty points at the start of the shared
+    time grid; a variant may be configured but not have visits yet."""
+    visited = Moments(3, {"visits": 4.0, "orders": 1.0, "revenue": 20.0, "bounces": 1.0,
+                          "error_visits": 0.0, "visits*visits": 6.0, "orders*orders": 1.0,
+                          "revenue*revenue": 400.0, "bounces*bounces": 1.0,
+                          "orders*visits": 2.0, "bounces*visits": 1.0, "revenue*orders": 20.0})
+    series = {v: VariantSeries([EMPTY, visited], final=False) for v in ("control", "treatment")}
+    times = [datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, tzinfo=UTC)]
+    report = experiment_report(
+        "late_start", "assigned", totals={}, series=series, times=times,
+        settings=ReportSettings(allocation={"late_start": {"control": 1, "treatment": 1,
+                                                           "unseen": 1}}))
+    over_time = report.comparisons_over_time[("treatment", "conversion_rate")]
+    assert over_time[0] is None and over_time[1] is not None
+    assert report.comparisons_over_time[("unseen", "conversion_rate")] == [None, None]
+    assert [v.visitors for v in report.variants] == [3, 3, 0]

@@ -45,14 +45,17 @@ class Moments:
     n: int
     sums: dict[str, float]
 
+    def total(self, name: str) -> float:
+        return self.sums.get(name, 0.0)
+
     def product(self, a: str, b: str) -> float:
-        return self.sums.get(f"{a}*{b}", self.sums.get(f"{b}*{a}", 0.0))
+        return self.sums.get(_name(a, b), self.total(_name(b, a)))
 
     def mean(self, name: str) -> MeanMoments:
-        return MeanMoments(self.n, self.sums[name], self.product(name, name))
+        return MeanMoments(self.n, self.total(name), self.product(name, name))
 
     def ratio(self, x: str, y: str) -> RatioMoments:
-        return RatioMoments(self.n, self.sums[x], self.sums[y], self.product(x, x),
+        return RatioMoments(self.n, self.total(x), self.total(y), self.product(x, x),
                             self.product(y, y), self.product(x, y))
 
     def plus(self, other: Moments) -> Moments:
