@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from abstream.config import ReportSettings
 from abstream.report.build import experiment_report
-from abstream.report.moments import TimeGrid, cumulative_series, moment_increments, visit_span
+from abstream.report.moments import served_series
 
 EXPERIMENTS = 1_000
 VISITORS = 300 * EXPERIMENTS
@@ -46,13 +46,10 @@ def _a_a_visits(spark):
 def test_false_positive_rate_of_a_a_experiments_is_five_percent(spark):
     visits = _a_a_visits(spark).cache()
     try:
-        grid = TimeGrid.spanning(*visit_span(visits), 2)
-        series = cumulative_series((r.asDict() for r in
-                                    moment_increments(visits, grid).collect()), grid)
+        times, series = served_series(visits, 2)
     finally:
         visits.unpersist()
     settings = ReportSettings()
-    times = [grid.end(k) for k in range(grid.count)]
     significant: dict[str, int] = {}
     srm_flags = 0
     for i in range(EXPERIMENTS):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from abstream.config import ReportSettings
 from abstream.generator import GeneratorSettings, generate
 from abstream.report.build import experiment_report
-from abstream.report.moments import TimeGrid, cumulative_series, moment_increments, visit_span
+from abstream.report.moments import served_series
 from abstream.schemas import SESSIONS
 from tests import reference
 from tests.helpers import landing_records, write_lines
@@ -52,14 +52,11 @@ def test_a_planted_conversion_lift_is_recovered(spark, tmp_path):
               for record in map(json.loads, landing_records(landing))]
     visits = write_lines(tmp_path / "visits", "visits.jsonl",
                          _visit_lines(reference.visits(events)))
-    frame = spark.read.schema(VISIT_SCHEMA).json(str(visits))
-    grid = TimeGrid.spanning(*visit_span(frame), 4)
-    series = cumulative_series((r.asDict() for r in moment_increments(frame, grid).collect()),
-                               grid)
+    times, series = served_series(spark.read.schema(VISIT_SCHEMA).json(str(visits)), 4)
     report = experiment_report(
         EXPERIMENT, "assigned", totals={},
         series={v: series[(EXPERIMENT, "assigned", v)] for v in ("control", "treatment")},
-        times=[grid.end(k) for k in range(grid.count)], settings=ReportSettings())
+        times=times, settings=ReportSettings())
 
     assert min(v.visitors for v in report.variants) > 15_000
     assert not report.srm_flagged

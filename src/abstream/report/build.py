@@ -10,7 +10,6 @@ visitor as the unit (:mod:`abstream.report.moments`): a visit counts once it has
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,15 +18,7 @@ from pyspark.sql import SparkSession
 
 from abstream.config import Config, ReportSettings
 from abstream.layout import Layout
-from abstream.report.moments import (
-    EMPTY,
-    Moments,
-    TimeGrid,
-    VariantSeries,
-    cumulative_series,
-    moment_increments,
-    visit_span,
-)
+from abstream.report.moments import EMPTY, Moments, VariantSeries, served_series
 from abstream.report.statistics import Comparison, delta_ratio, srm_p_value, welch
 from abstream.serving import serving_view, serving_visits
 from abstream.stages.metrics import Windowing
@@ -65,6 +56,10 @@ METRICS = (
 )
 
 
+#: The serving view's counts a variant reports.
+COUNTS = ("visits", "bounces", "orders", "revenue", "units", "error_visits", "pageviews")
+
+
 def _rate(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
@@ -79,13 +74,9 @@ class VariantReport:
 
     def counts(self) -> dict[str, Any]:
         t = self.totals
-        return {
-            "variant": self.variant, "visitors": self.visitors,
-            "visits": t.visits if t else 0, "bounces": t.bounces if t else 0,
-            "orders": t.orders if t else 0, "revenue": float(t.revenue) if t else 0.0,
-            "units": t.units if t else 0, "error_visits": t.error_visits if t else 0,
-            "pageviews": t.pageviews if t else 0,
-        }
+        counts = {name: getattr(t, name) if t else 0 for name in COUNTS}
+        return {"variant": self.variant, "visitors": self.visitors, **counts,
+                "revenue": float(counts["revenue"])}
 
     def to_dict(self) -> dict[str, Any]:
         c = self.counts()
@@ -226,24 +217,14 @@ def experiment_report(
     )
 
 
-def build_report(spark: SparkSession, layout: Layout, config: Config,
-                 progress: Callable[[str], None] = log.info) -> Report:
+def build_report(spark: SparkSession, layout: Layout, config: Config) -> Report:
     """Read the serving view and served visits, and compare every variant with control."""
     settings = config.report
     serving = serving_view(spark, layout, name=None)
     as_of = newest_window_end(serving)
-    progress("totals per variant from the serving view")
+    log.info("totals per variant from the serving view")
     totals = variant_totals(serving, Windowing.of(config.metrics), as_of)
-    visits = serving_visits(spark, layout)
-    span = visit_span(visits)
-    series: dict[tuple[str, str, str], VariantSeries] = {}
-    times: list[datetime] = []
-    if span is not None:
-        grid = TimeGrid.spanning(*span, settings.points)
-        progress(f"per-visitor moments over {grid.count} points of {grid.step}")
-        rows = moment_increments(visits, grid).collect()
-        series = cumulative_series((r.asDict() for r in rows), grid)
-        times = [grid.end(k) for k in range(grid.count)]
+    times, series = served_series(serving_visits(spark, layout), settings.points)
     keys = {(t.experiment_id, t.population) for t in totals} | {k[:2] for k in series}
     experiments = []
     for experiment_id, population in sorted(keys):

@@ -14,6 +14,7 @@ repeated for points in which it had no visit.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from pyspark.sql import functions as F
 
 from abstream.report.statistics import MeanMoments, RatioMoments
 from abstream.times import from_micros, micros_from
+
+log = logging.getLogger(__name__)
 
 #: Per-visitor values; ``visits`` is the denominator of the per-visit rates.
 VALUES = ("visits", "orders", "revenue", "bounces", "error_visits")
@@ -190,3 +193,17 @@ def cumulative_series(increments: Iterable[Mapping[str, Any]], grid: TimeGrid
             points.append(running)
         series[key] = VariantSeries(points, all(r["final"] for r in rows.values()))
     return series
+
+
+def served_series(visits: DataFrame, max_points: int
+                  ) -> tuple[list[datetime], dict[tuple[str, str, str], VariantSeries]]:
+    """The series' point ends and, per experiment x population x variant, the cumulative
+    moments of ``visits`` on a grid of at most ``max_points``; empty without visits."""
+    span = visit_span(visits)
+    if span is None:
+        return [], {}
+    grid = TimeGrid.spanning(*span, max_points)
+    log.info("per-visitor moments over %d points of %s", grid.count, grid.step)
+    rows = moment_increments(visits, grid).collect()
+    return ([grid.end(k) for k in range(grid.count)],
+            cumulative_series((r.asDict() for r in rows), grid))
