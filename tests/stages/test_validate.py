@@ -26,8 +26,11 @@ def _parse(spark, lines, max_bytes=65_536):
 
 
 def _reasons(spark, lines, max_bytes=65_536):
+    """line -> reason; a refused line keeps its raw text, a valid one carries none."""
     rows = _parse(spark, lines, max_bytes).select("raw", "reason").collect()
-    return {row["raw"]: row["reason"] for row in rows}
+    assert all(row["raw"] == (None if row["reason"] is None else line)
+               for line, row in zip(lines, rows, strict=True))
+    return {line: row["reason"] for line, row in zip(lines, rows, strict=True)}
 
 
 def test_valid_beacons_become_normalised_bronze_rows(spark):
@@ -78,6 +81,15 @@ BAD = {
     dumps({**GOOD, "experiments": [{"variant": "control"}]}): "invalid_value:experiments",
     dumps({**GOOD, "experiments": [{"id": "exp", "variant": ""}]}): "invalid_value:experiments",
     dumps({**GOOD, "experiments": [None]}): "invalid_value:experiments",
+    dumps({**GOOD, "experiments": [{"id": "a", "variant": "b"}, None]}):
+        "invalid_value:experiments",
+    dumps({**GOOD, "experiments": [{"id": "e", "variant": "v"}, {"id": "f", "variant": None}]}):
+        "invalid_value:experiments",
+    dumps({**GOOD, "experiments": [{"id": "e" * 100, "variant": "v"},
+                                   {"id": "f" * 129, "variant": "v"}]}):
+        "invalid_value:experiments",
+    dumps({**GOOD, "experiments": [{"id": "e", "variant": "v" * 129}]}):
+        "invalid_value:experiments",
     dumps({**GOOD, "type": "order", "revenue": -1, "units": 1}): "invalid_value:revenue",
     '{"event_id":"e1","event_ts":"2026-11-22T10:15:30.123Z","session_id":"s","visitor_id":"v",'
     '"type":"order","revenue":1e400,"units":1}': "invalid_value:revenue",
@@ -93,8 +105,17 @@ BAD = {
 }
 
 
+#: Valid lines near the limits: ids that are long together but not one by one.
+LONG_BUT_GOOD = [
+    dumps({**GOOD, "experiments": [{"id": "e" * 128, "variant": "v" * 128}]}),
+    dumps({**GOOD, "experiments": [{"id": "e" * 100, "variant": "v"},
+                                   {"id": "f" * 100, "variant": "w" * 128}]}),
+]
+
+
 def test_every_kind_of_bad_input_gets_its_reason(spark):
-    assert _reasons(spark, [*BAD, dumps(GOOD)]) == {**BAD, dumps(GOOD): None}
+    good = [dumps(GOOD), *LONG_BUT_GOOD]
+    assert _reasons(spark, [*BAD, *good]) == {**BAD, **dict.fromkeys(good)}
 
 
 def test_a_day_ahead_is_still_accepted(spark):

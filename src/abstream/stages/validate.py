@@ -1,8 +1,9 @@
 """Parse and validate raw beacon lines; every refused line gets a reason, nothing is lost.
 
 Input: ``value`` (the raw line), ``source_file``, ``arrived_at``, ``ingested_at``. Output: the
-bronze columns,
-plus ``raw`` and ``reason`` (NULL for a valid event). Reasons are ``code`` or ``code:field``:
+bronze columns, plus ``reason`` (NULL for a valid event) and ``raw``, the line, kept for
+refused lines only (valid ones need not carry it through de-duplication and the cache).
+Reasons are ``code`` or ``code:field``:
 
 - ``oversized_record``, ``empty_record``, ``malformed_json`` (not one JSON object)
 - ``invalid_type:<field>``: a JSON value of the wrong type (``"revenue": "12"``)
@@ -52,6 +53,23 @@ def _entry_is_bad(entry: Column) -> Column:
     return entry.isNull() | _bad_name(entry["id"]) | _bad_name(entry["variant"])
 
 
+def _bad_entries(entries: Column) -> Column:
+    """Whether any experiment entry is null or has a bad id or variant.
+
+    The per-entry check is a lambda that Spark interprets row by row; the common case is
+    settled first with compiled array functions: no entry is null or empty (array_contains
+    is NULL when an element is null), and the ids together, like the variants together,
+    are no longer than one may be, so none of them is too long.
+    """
+    def settled(names: Column) -> Column:
+        return ~F.coalesce(F.array_contains(names, ""), F.lit(True)) \
+            & (F.length(F.array_join(names, "")) <= MAX_ID_LENGTH)
+
+    listed = F.coalesce(entries, F.array())
+    return F.when(settled(listed["id"]) & settled(listed["variant"]), F.lit(False)) \
+        .otherwise(F.exists(listed, _entry_is_bad))
+
+
 def parse_timestamp(text: Column) -> Column:
     """ISO-8601 with a zone, to a UTC timestamp; NULL when it is not one.
 
@@ -69,9 +87,12 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
     value = F.col("value")
     j = F.from_json(value, BEACON, {"columnNameOfCorruptRecord": CORRUPT_COLUMN,
                                     "mode": "PERMISSIVE"})
-    parsed = raw.select("value", "source_file", "arrived_at", "ingested_at", j.alias("j"))
+    # Three projections, so that the JSON and the timestamp are each parsed once a line: the
+    # optimizer does not inline an expression that several later ones read.
+    parsed = raw.select("value", "source_file", "arrived_at", "ingested_at", j.alias("j")) \
+        .select("*", parse_timestamp(F.col("j.event_ts")).alias("ts"))
     b = F.col("j")
-    ts = parse_timestamp(b["event_ts"])
+    ts = F.col("ts")
     latest_allowed = F.col("ingested_at") + F.expr(f"INTERVAL {spark_interval(future_tolerance)}")
     is_order = b["type"] == "order"
     corrupt = b[CORRUPT_COLUMN].isNotNull()
@@ -93,8 +114,7 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
     cases += [(_bad_id(b[name]), f"invalid_value:{name}") for name in IDS]
     cases += [
         (~b["type"].isin(*EVENT_TYPES), "invalid_value:type"),
-        (F.exists(F.coalesce(b["experiments"], F.array()), _entry_is_bad),
-         "invalid_value:experiments"),
+        (_bad_entries(b["experiments"]), "invalid_value:experiments"),
         (F.isnan(b["revenue"]) | (b["revenue"] < 0) | (b["revenue"] > MAX_REVENUE),
          "invalid_value:revenue"),
         (b["units"] < 0, "invalid_value:units"),
@@ -124,7 +144,7 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
         F.to_date(ts).alias("event_date"),
         value.alias("raw"),
         _first(*cases).alias("reason"),
-    )
+    ).withColumn("raw", F.when(F.col("reason").isNotNull(), F.col("raw")))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
