@@ -7,14 +7,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint jars bench bench-latency system-deps clean help
+.PHONY: demo test test-fast lint jars bench bench-sessionize bench-lag-scrape bench-latency \
+	bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
-	@echo "make bench  benchmarks (results in bench/results/)"
-	@echo "make bench-latency  Kafka validation latency per mode (results in bench/results/)"
+	@echo "make bench  speed-layer throughput against a naive Spark chain (ARGS='--events N')"
+	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
+	@echo "            (every benchmark writes its results to bench/results/)"
 	@echo "make lint   ruff"
 
 system-deps:
@@ -38,10 +40,17 @@ test: $(STAMP) jars
 test-fast: $(STAMP) jars
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-bench: $(STAMP) jars
+bench-deps: $(STAMP) jars
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
-	$(BIN)/python bench/lag_scrape.py
-	$(BIN)/python bench/sessionize.py
+
+bench: bench-deps
+	$(BIN)/python bench/throughput.py $(ARGS)
+
+bench-sessionize: bench-deps
+	$(BIN)/python bench/sessionize.py $(ARGS)
+
+bench-lag-scrape: bench-deps
+	$(BIN)/python bench/lag_scrape.py $(ARGS)
 
 bench-latency: $(STAMP) jars
 	$(BIN)/python bench/latency.py $(ARGS)

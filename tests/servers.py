@@ -1,14 +1,16 @@
-"""Real servers for tests (Prometheus, Pushgateway): started on free loopback ports."""
+"""Real servers for tests (Prometheus, Pushgateway, a Spark standalone cluster): started on
+free loopback ports."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 
@@ -79,3 +81,39 @@ def prometheus(workdir: Path, targets: Sequence[str], rule_files: Sequence[Path]
                  f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address={address}"],
                 f"http://{address}/-/ready", workdir / "prometheus.log"):
         yield address
+
+
+@contextmanager
+def spark_cluster(workdir: Path, spark_home: Path, workers: int = 2,
+                  cores: int = 1, memory: str = "1g") -> Iterator[tuple[str, str]]:
+    """A Spark standalone cluster on 127.0.0.1 from an installed pyspark: a master and
+    ``workers`` workers; yields the master URL and the master's web UI address once every
+    worker has registered."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spark_class = str(spark_home / "bin" / "spark-class")
+    port, ui = free_port(), free_port()
+    master = f"spark://127.0.0.1:{port}"
+    with ExitStack() as stack:
+        stack.enter_context(server(
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(port), "--webui-port", str(ui)],
+            f"http://127.0.0.1:{ui}/json/", workdir / "master.log"))
+        for number in range(workers):
+            stack.enter_context(server(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", master,
+                 "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                 "--webui-port", str(free_port()), "--work-dir", str(workdir / f"w{number}")],
+                f"http://127.0.0.1:{ui}/json/", workdir / f"worker-{number}.log"))
+        _wait_for_workers(f"http://127.0.0.1:{ui}/json/", workers)
+        yield master, f"http://127.0.0.1:{ui}"
+
+
+def _wait_for_workers(url: str, workers: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            if json.load(response).get("aliveworkers", 0) >= workers:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} Spark workers did not register in {timeout:.0f} s")
+        time.sleep(0.2)

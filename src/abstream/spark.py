@@ -35,6 +35,12 @@ DEFAULT_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true",
+    # Gold's aggregation holds HLL sketches, so Spark aggregates it with object buffers and,
+    # past this many groups in a task (Spark's default: 128), sorts instead of hashing.
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "8192",
+    # Ingest caches each micro-batch for its two writes; compressing it costs more than the
+    # memory it saves for a cache that lives one micro-batch.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Idempotent Delta writes reset the transaction version after each write.
     "spark.databricks.delta.write.txnVersion.autoReset.enabled": "true",
 }

@@ -1,0 +1,322 @@
+"""Throughput of the speed layer (ingest -> sessionize -> metrics) against a naive Spark
+session_window chain, on the same generated beacons, in the same run.
+
+The beacons are generated once per (events, seed) under bench/data/ and reused. Each side
+runs in a JVM of its own, started cold, while this process samples the resident memory of
+that process tree:
+
+- pipeline: abstream's three components as ``abstream run --once`` runs them (AvailableNow,
+  one after the other, the default configuration plus ``--config`` / ABSTREAM__* settings),
+  each timed on its own;
+- baseline: the JSON files read with Spark's JSON source, a ``session_window`` per session,
+  then a 5-minute windowed aggregation per experiment and variant into a Delta table, all
+  with Spark's defaults (200 shuffle partitions, the HDFS-backed state store).
+
+    python bench/throughput.py [--events 2000000] [--seed 1] [--config FILE]
+
+Prints a table, then one JSON object as the last line; writes it to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+from abstream.components import ingest, metrics, sessionize
+from abstream.config import SparkSettings, load_config
+from abstream.generator import GeneratorSettings, generate
+from abstream.layout import Layout
+from abstream.runner import pipeline, run_once
+from abstream.schemas import BEACON
+from abstream.spark import spark_session
+
+log = logging.getLogger("bench.throughput")
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+DATA = HERE / "data"
+COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT, metrics.COMPONENT)
+#: Spark's own defaults for the settings abstream changes, for the baseline.
+SPARK_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "200",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+    "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "false",
+}
+SAMPLE_SECONDS = 0.25
+
+
+def dataset(events: int, seed: int) -> Path:
+    """The landing files of ``events`` beacons from ``seed``, generated on first use."""
+    folder = DATA / f"beacons-{events}-seed{seed}"
+    done = folder / "_summary.json"
+    if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        log.info("generating %s beacons (seed %d) into %s, once", f"{events:,}", seed, folder)
+        settings = GeneratorSettings(events=events, seed=seed)
+        step = max(1, events // 10 // settings.file_events) * settings.file_events
+
+        def progress(records: int) -> None:
+            if records % step == 0 or records == events:
+                log.info("generated %s of %s", f"{records:,}", f"{events:,}")
+
+        summary = generate(settings, folder, progress)
+        done.write_text(json.dumps({"records": summary.records, "events": summary.events}))
+    return folder
+
+
+def link_landing(source: Path, landing: Path) -> None:
+    """The dataset's files in a fresh landing folder, hard-linked where possible."""
+    landing.mkdir(parents=True)
+    for path in sorted(source.glob("beacons-*")):
+        try:
+            os.link(path, landing / path.name)
+        except OSError:
+            shutil.copy2(path, landing / path.name)
+
+
+class StateSizes(StreamingQueryListener):
+    """The state rows and bytes each query's stateful operators reported last."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.memory: dict[str, int] = {}
+
+    def onQueryStarted(self, event: Any) -> None:
+        return
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = json.loads(event.progress.json)
+        operators = progress.get("stateOperators") or []
+        if operators:
+            self.rows[progress["name"]] = sum(op["numRowsTotal"] for op in operators)
+            self.memory[progress["name"]] = sum(op["memoryUsedBytes"] for op in operators)
+
+    def onQueryIdle(self, event: Any) -> None:
+        return
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str, Any]:
+    config = load_config(config_file, data_dir=work)
+    layout = Layout.of(config.data_dir)
+    link_landing(landing, Path(layout.landing))
+    sizes = StateSizes()
+    seconds: dict[str, float] = {}
+    with pipeline(config) as ctx:
+        ctx.spark.streams.addListener(sizes)
+        for component in COMPONENTS:
+            began = time.monotonic()
+            run_once(ctx, [component])
+            seconds[component.name] = round(time.monotonic() - began, 2)
+        stats = ctx.stats.as_dict()
+    ctx.spark.stop()
+    return {
+        "seconds": seconds,
+        "rows_in": {name: stats[name]["input_rows"] for name in seconds},
+        "written": {name: stats[name]["written"] for name in seconds},
+        "state_rows": sizes.rows,
+        "state_memory_bytes": sizes.memory,
+        "state_disk_bytes": {name: folder_bytes(Path(layout.checkpoint(name)) / "state")
+                             for name in seconds},
+    }
+
+
+def naive_chain(beacons: DataFrame) -> DataFrame:
+    """Visits by session_window, then visits, bounces, orders, revenue and approximate
+    visitors per experiment, variant and 5-minute window of the visit's start."""
+    events = beacons.select(
+        "session_id", "visitor_id", "type", "revenue", "experiments",
+        F.try_to_timestamp("event_ts").alias("event_ts"),
+    ).where(F.col("event_ts").isNotNull()).withWatermark("event_ts", "15 minutes")
+    visits = events.groupBy("session_id", F.session_window("event_ts", "35 minutes")).agg(
+        F.first("visitor_id").alias("visitor_id"),
+        F.first("experiments").alias("experiments"),
+        F.count_if(F.col("type") == "pageview").alias("pageviews"),
+        F.count_if(F.col("type") == "order").alias("orders"),
+        F.sum("revenue").alias("revenue"),
+        F.count(F.lit(1)).alias("events"),
+    )
+    return visits.select(
+        F.col("session_window.start").alias("visit_start"), "visitor_id", "pageviews",
+        "orders", "revenue", "events", F.explode("experiments").alias("e"),
+    ).withWatermark("visit_start", "15 minutes").groupBy(
+        F.window("visit_start", "5 minutes"), F.col("e.id").alias("experiment_id"),
+        F.col("e.variant").alias("variant"),
+    ).agg(
+        F.count(F.lit(1)).alias("visits"),
+        F.count_if((F.col("pageviews") == 1) & (F.col("events") == 1)).alias("bounces"),
+        F.sum("orders").alias("orders"),
+        F.sum("revenue").alias("revenue"),
+        F.approx_count_distinct("visitor_id").alias("visitors"),
+    )
+
+
+def run_baseline(landing: Path, work: Path) -> dict[str, Any]:
+    spark: SparkSession = spark_session(SparkSettings(conf=SPARK_DEFAULTS))
+    beacons = spark.readStream.schema(BEACON).json(str(landing))
+    began = time.monotonic()
+    query = (naive_chain(beacons).writeStream.format("delta").outputMode("append")
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(availableNow=True).start(str(work / "metrics")))
+    while not query.awaitTermination(10):
+        log.info("baseline: %.0f s", time.monotonic() - began)
+    seconds = round(time.monotonic() - began, 2)
+    rows = spark.read.format("delta").load(str(work / "metrics")).count()
+    spark.stop()
+    return {"seconds": seconds, "metric_rows": rows}
+
+
+def process_tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            statm = (entry / "statm").read_text().split()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+        rss[int(entry.name)] = int(statm[1]) * page
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def run_phase(phase: str, landing: Path, work: Path, config_file: str | None) -> dict:
+    """Run one side in a process of its own; its result and the peak RSS of its tree."""
+    command = [sys.executable, __file__, "--phase", phase, "--landing", str(landing),
+               "--work", str(work)] + (["--config", config_file] if config_file else [])
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    finished = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not finished.wait(SAMPLE_SECONDS):
+            peak = max(peak, process_tree_rss(child.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = child.communicate()
+    finished.set()
+    sampler.join()
+    if child.returncode != 0:
+        raise SystemExit(f"{phase} failed (exit {child.returncode})")
+    return {**json.loads(output.strip().splitlines()[-1]), "peak_rss_mb": round(peak / 2**20)}
+
+
+def rate(events: int, seconds: float) -> int:
+    return round(events / seconds) if seconds > 0 else 0
+
+
+def summarize(records: int, pipeline_result: dict, baseline: dict) -> dict[str, Any]:
+    seconds = pipeline_result["seconds"]
+    total = sum(seconds.values())
+    end_to_end = rate(records, total)
+    base = rate(records, baseline["seconds"])
+    return {
+        "benchmark": "throughput",
+        "events": records,
+        "end_to_end_events_per_s": end_to_end,
+        "baseline_events_per_s": base,
+        "ratio": round(end_to_end / base, 3) if base else None,
+        "per_component_events_per_s": {name: rate(records, s) for name, s in seconds.items()},
+        "peak_rss_mb": pipeline_result["peak_rss_mb"],
+        "baseline_peak_rss_mb": baseline["peak_rss_mb"],
+        "seconds": {**seconds, "end_to_end": round(total, 2), "baseline": baseline["seconds"]},
+        "rows_in": pipeline_result["rows_in"],
+        "written": pipeline_result["written"],
+        "state_rows": pipeline_result["state_rows"],
+        "state_memory_bytes": pipeline_result["state_memory_bytes"],
+        "state_disk_bytes": pipeline_result["state_disk_bytes"],
+        "baseline_metric_rows": baseline["metric_rows"],
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
+        "master": "local[2]",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    seconds = result["seconds"]
+    print(f"\n{'stage':<22} {'seconds':>9} {'events/s':>10}")
+    for name, per_s in result["per_component_events_per_s"].items():
+        print(f"{name:<22} {seconds[name]:>9.1f} {per_s:>10,}")
+    print(f"{'speed layer, end to end':<22} {seconds['end_to_end']:>9.1f} "
+          f"{result['end_to_end_events_per_s']:>10,}")
+    print(f"{'naive baseline':<22} {seconds['baseline']:>9.1f} "
+          f"{result['baseline_events_per_s']:>10,}")
+    print(f"\n{result['events']:,} beacons; end to end / baseline = {result['ratio']}x; "
+          f"peak RSS {result['peak_rss_mb']:,} MB (baseline {result['baseline_peak_rss_mb']:,} MB)"
+          f"; {result['machine']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--config", help="an abstream YAML config for the pipeline side")
+    parser.add_argument("--phase", choices=("pipeline", "baseline"), help=argparse.SUPPRESS)
+    parser.add_argument("--landing", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+
+    if args.phase == "pipeline":
+        print(json.dumps(run_pipeline(args.landing, args.work, args.config)))
+        return 0
+    if args.phase == "baseline":
+        print(json.dumps(run_baseline(args.landing, args.work)))
+        return 0
+
+    landing = dataset(args.events, args.seed)
+    records = json.loads((landing / "_summary.json").read_text())["records"]
+    work = RESULTS / "work-throughput"
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("speed layer on %s beacons", f"{records:,}")
+    pipeline_result = run_phase("pipeline", landing, work / "pipeline", args.config)
+    log.info("naive baseline on the same beacons")
+    baseline = run_phase("baseline", landing, work / "baseline", None)
+    shutil.rmtree(work, ignore_errors=True)
+    result = summarize(records, pipeline_result, baseline)
+    print_table(result)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = result["when"][:19].replace(":", "")
+    (RESULTS / f"throughput-{records}-{stamp}.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
