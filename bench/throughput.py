@@ -57,6 +57,8 @@ SPARK_DEFAULTS = {
         "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
     "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "false",
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "128",
+    "spark.sql.inMemoryColumnarStorage.compressed": "true",
 }
 SAMPLE_SECONDS = 0.25
 
@@ -239,7 +241,8 @@ def rate(events: int, seconds: float) -> int:
     return round(events / seconds) if seconds > 0 else 0
 
 
-def summarize(records: int, pipeline_result: dict, baseline: dict) -> dict[str, Any]:
+def summarize(records: int, pipeline_result: dict, baseline: dict,
+              config_file: str | None) -> dict[str, Any]:
     seconds = pipeline_result["seconds"]
     total = sum(seconds.values())
     end_to_end = rate(records, total)
@@ -260,6 +263,9 @@ def summarize(records: int, pipeline_result: dict, baseline: dict) -> dict[str, 
         "state_memory_bytes": pipeline_result["state_memory_bytes"],
         "state_disk_bytes": pipeline_result["state_disk_bytes"],
         "baseline_metric_rows": baseline["metric_rows"],
+        "config": config_file,
+        "settings": {name: value for name, value in sorted(os.environ.items())
+                     if name.startswith("ABSTREAM__")},
         "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
         "master": "local[2]",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -309,7 +315,7 @@ def main() -> int:
     log.info("naive baseline on the same beacons")
     baseline = run_phase("baseline", landing, work / "baseline", None)
     shutil.rmtree(work, ignore_errors=True)
-    result = summarize(records, pipeline_result, baseline)
+    result = summarize(records, pipeline_result, baseline, args.config)
     print_table(result)
     RESULTS.mkdir(exist_ok=True)
     stamp = result["when"][:19].replace(":", "")
