@@ -35,7 +35,6 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from abstream.components import ingest, metrics, sessionize
 from abstream.config import SparkSettings, load_config
@@ -92,30 +91,6 @@ def link_landing(source: Path, landing: Path) -> None:
             shutil.copy2(path, landing / path.name)
 
 
-class StateSizes(StreamingQueryListener):
-    """The state rows and bytes each query's stateful operators reported last."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
-        self.memory: dict[str, int] = {}
-
-    def onQueryStarted(self, event: Any) -> None:
-        return
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = json.loads(event.progress.json)
-        operators = progress.get("stateOperators") or []
-        if operators:
-            self.rows[progress["name"]] = sum(op["numRowsTotal"] for op in operators)
-            self.memory[progress["name"]] = sum(op["memoryUsedBytes"] for op in operators)
-
-    def onQueryIdle(self, event: Any) -> None:
-        return
-
-    def onQueryTerminated(self, event: Any) -> None:
-        return
-
-
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -124,10 +99,8 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
     config = load_config(config_file, data_dir=work)
     layout = Layout.of(config.data_dir)
     link_landing(landing, Path(layout.landing))
-    sizes = StateSizes()
     seconds: dict[str, float] = {}
     with pipeline(config) as ctx:
-        ctx.spark.streams.addListener(sizes)
         for component in COMPONENTS:
             began = time.monotonic()
             run_once(ctx, [component])
@@ -138,8 +111,8 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
         "seconds": seconds,
         "rows_in": {name: stats[name]["input_rows"] for name in seconds},
         "written": {name: stats[name]["written"] for name in seconds},
-        "state_rows": sizes.rows,
-        "state_memory_bytes": sizes.memory,
+        "state_rows": {name: stats[name]["state_rows"] for name in seconds},
+        "state_memory_bytes": {name: stats[name]["state_memory_bytes"] for name in seconds},
         "state_disk_bytes": {name: folder_bytes(Path(layout.checkpoint(name)) / "state")
                              for name in seconds},
     }

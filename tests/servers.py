@@ -92,19 +92,19 @@ def spark_cluster(workdir: Path, spark_home: Path, workers: int = 2,
     workdir.mkdir(parents=True, exist_ok=True)
     spark_class = str(spark_home / "bin" / "spark-class")
     port, ui = free_port(), free_port()
-    master = f"spark://127.0.0.1:{port}"
+    master, status = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}/json/"
     with ExitStack() as stack:
         stack.enter_context(server(
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
              "--port", str(port), "--webui-port", str(ui)],
-            f"http://127.0.0.1:{ui}/json/", workdir / "master.log"))
+            status, workdir / "master.log"))
         for number in range(workers):
             stack.enter_context(server(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", master,
                  "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
                  "--webui-port", str(free_port()), "--work-dir", str(workdir / f"w{number}")],
-                f"http://127.0.0.1:{ui}/json/", workdir / f"worker-{number}.log"))
-        _wait_for_workers(f"http://127.0.0.1:{ui}/json/", workers)
+                status, workdir / f"worker-{number}.log"))
+        _wait_for_workers(status, workers)
         yield master, f"http://127.0.0.1:{ui}"
 
 

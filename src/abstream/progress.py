@@ -31,6 +31,9 @@ class ComponentStats:
     late_rows_dropped: int = 0
     busy_seconds: float = 0.0
     written: Counter[str] = field(default_factory=Counter)
+    #: Rows and memory of the query's state stores at its last micro-batch.
+    state_rows: int = 0
+    state_memory_bytes: int = 0
 
     @property
     def rows_per_second(self) -> float:
@@ -71,6 +74,10 @@ class RunStats:
             stats.written.update(written)
             run_id = str(progress.get("runId"))
             self._last_batch[run_id] = max(self._last_batch.get(run_id, -1), batch_id)
+            if operators:
+                stats.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in operators)
+                stats.state_memory_bytes = sum(int(op.get("memoryUsedBytes") or 0)
+                                               for op in operators)
             for op in operators:
                 stats.late_rows_dropped += int(op.get("numRowsDroppedByWatermark") or 0)
                 custom = op.get("customMetrics") or {}
@@ -98,6 +105,8 @@ class RunStats:
                     "busy_seconds": round(s.busy_seconds, 3),
                     "rows_per_second": round(s.rows_per_second),
                     "written": dict(s.written),
+                    "state_rows": s.state_rows,
+                    "state_memory_bytes": s.state_memory_bytes,
                 }
                 for name, s in self._components.items()
             }

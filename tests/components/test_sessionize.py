@@ -42,4 +42,6 @@ def test_events_behind_the_watermark_are_dropped_and_counted(ctx):
     _append(ctx, [("late", "s3", T0)])
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert ctx.stats.component("sessionize").late_rows_dropped == 1
+    stats = ctx.stats.as_dict()["sessionize"]
+    assert stats["state_rows"] >= 1 and stats["state_memory_bytes"] > 0, "s2 is still open"
     assert ("s3", 1) not in _visits(ctx)
