@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +60,22 @@ SPARK_DEFAULTS = {
     "spark.sql.inMemoryColumnarStorage.compressed": "true",
 }
 SAMPLE_SECONDS = 0.25
+#: The generated traffic's density in event time, whatever the dataset's size.
+EVENTS_PER_DAY = 2_000_000
 
 
 def dataset(events: int, seed: int) -> Path:
-    """The landing files of ``events`` beacons from ``seed``, generated on first use."""
+    """The landing files of ``events`` beacons from ``seed``, generated on first use.
+
+    Every size is the same traffic, ``EVENTS_PER_DAY`` of event time, for longer or shorter:
+    a bigger dataset is a longer stream, not a denser one."""
     folder = DATA / f"beacons-{events}-seed{seed}"
     done = folder / "_summary.json"
-    if not done.exists():
+    if not done.exists() or json.loads(done.read_text()).get("events_per_day") != EVENTS_PER_DAY:
         shutil.rmtree(folder, ignore_errors=True)
         log.info("generating %s beacons (seed %d) into %s, once", f"{events:,}", seed, folder)
-        settings = GeneratorSettings(events=events, seed=seed)
+        settings = GeneratorSettings(events=events, seed=seed,
+                                     span=timedelta(days=events / EVENTS_PER_DAY))
         step = max(1, events // 10 // settings.file_events) * settings.file_events
 
         def progress(records: int) -> None:
@@ -77,7 +83,8 @@ def dataset(events: int, seed: int) -> Path:
                 log.info("generated %s of %s", f"{records:,}", f"{events:,}")
 
         summary = generate(settings, folder, progress)
-        done.write_text(json.dumps({"records": summary.records, "events": summary.events}))
+        done.write_text(json.dumps({"records": summary.records, "events": summary.events,
+                                    "events_per_day": EVENTS_PER_DAY}))
     return folder
 
 
@@ -210,6 +217,10 @@ def run_phase(phase: str, landing: Path, work: Path, config_file: str | None) ->
     return {**json.loads(output.strip().splitlines()[-1]), "peak_rss_mb": round(peak / 2**20)}
 
 
+def machine() -> str:
+    return f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}"
+
+
 def rate(events: int, seconds: float) -> int:
     return round(events / seconds) if seconds > 0 else 0
 
@@ -239,7 +250,7 @@ def summarize(records: int, pipeline_result: dict, baseline: dict,
         "config": config_file,
         "settings": {name: value for name, value in sorted(os.environ.items())
                      if name.startswith("ABSTREAM__")},
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
+        "machine": machine(),
         "master": "local[2]",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }

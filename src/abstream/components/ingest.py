@@ -17,8 +17,10 @@ from abstream.stages import validate
 
 def bronze_write(ctx: Context) -> BatchWrite:
     """Writes checked records: valid events to bronze, refused ones to quarantine."""
-    events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
-    rejected_path = ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout)
+    append_events = sinks.AppendOnce(ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout),
+                                     EVENTS_TABLE.partition_by)
+    append_rejected = sinks.AppendOnce(ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout),
+                                       REJECTED_TABLE.partition_by)
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         batch.persist()
@@ -26,11 +28,9 @@ def bronze_write(ctx: Context) -> BatchWrite:
             counts = batch.agg(F.count_if(F.col("reason").isNull()).alias("events"),
                                F.count_if(F.col("reason").isNotNull()).alias("rejected")).first()
             if counts["events"]:
-                sinks.append(validate.valid_events(batch), events_path, writer_id, batch_id,
-                             EVENTS_TABLE.partition_by)
+                append_events(validate.valid_events(batch), writer_id, batch_id)
             if counts["rejected"]:
-                sinks.append(validate.rejected_records(batch), rejected_path, writer_id,
-                             batch_id, REJECTED_TABLE.partition_by)
+                append_rejected(validate.rejected_records(batch), writer_id, batch_id)
         finally:
             batch.unpersist()
         return {"events": counts["events"], "rejected": counts["rejected"]}

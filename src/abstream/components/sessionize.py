@@ -20,7 +20,8 @@ SPEED = "speed"
 def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.sessionize
     events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
-    sessions_path = ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout)
+    append_visits = sinks.AppendOnce(ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout),
+                                     SESSIONS_TABLE.partition_by)
     events = delta_stream(ctx.spark, events_path, settings.max_files_per_trigger) \
         .withWatermark("event_ts", spark_interval(settings.lateness))
     visits = sessions.with_lineage(sessions.assemble_visits(events, settings.gap), SPEED)
@@ -30,8 +31,7 @@ def build(ctx: Context) -> DataStreamWriter:
         try:
             visits = batch.count()
             if visits:
-                sinks.append(batch, sessions_path, writer_id, batch_id,
-                             SESSIONS_TABLE.partition_by)
+                append_visits(batch, writer_id, batch_id)
             return {"visits": visits}
         finally:
             batch.unpersist()

@@ -1,12 +1,14 @@
 """Idempotent writes into Delta tables from ``foreachBatch``.
 
-Every write carries a transaction id (``txnAppId``, ``txnVersion`` = the micro-batch id).
-Delta records it in the same commit as the data, so when Spark replays a micro-batch after
-a failure, a write that already committed is skipped: a replay changes nothing.
+Every write names its writer (the streaming query) and micro-batch in the same commit as the
+data, so when Spark replays a micro-batch after a failure, a write that already committed is
+skipped: a replay changes nothing.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
@@ -17,6 +19,10 @@ from pyspark.sql import functions as F
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
+#: How many of a table's latest commits are searched first for a writer's last batch.
+HISTORY_LOOKBACK = 100
+
+log = logging.getLogger(__name__)
 
 
 def writer_id(spark: SparkSession, component: str) -> str:
@@ -32,17 +38,68 @@ def writer_id(spark: SparkSession, component: str) -> str:
     return f"abstream-{component}-{query_id}"
 
 
-def append(batch: DataFrame, path: str, writer_id: str, batch_id: int,
-           partition_by: Sequence[str] = ()) -> None:
-    """Append ``batch`` once, however often this micro-batch is replayed."""
-    (
-        batch.write.format("delta")
-        .mode("append")
-        .option("txnAppId", writer_id)
-        .option("txnVersion", batch_id)
-        .partitionBy(*partition_by)
-        .save(path)
-    )
+class AppendOnce:
+    """Appends the micro-batches of one run of a streaming query to a Delta table, each
+    once, however often Spark replays it.
+
+    Every commit carries ``{"writer": ..., "batch": N}`` as its ``userMetadata``. Spark
+    replays at most one micro-batch, the first a query runs after it (re)starts, so only
+    that one is looked up: in the table's history, the writer's latest commit. Delta's own
+    ``txnAppId``/``txnVersion`` would check every write against the table's snapshot state,
+    a Spark job over the whole log that took 1-2 s a micro-batch on 2 cores and grows with
+    the table. An instance lives for one run of its query.
+    """
+
+    def __init__(self, path: str, partition_by: Sequence[str] = ()) -> None:
+        self.path, self.partition_by = path, tuple(partition_by)
+        self.checked_writer: str | None = None
+
+    def __call__(self, batch: DataFrame, writer_id: str, batch_id: int) -> bool:
+        """Append ``batch`` unless this micro-batch already is in the table; whether it
+        wrote."""
+        if self.checked_writer != writer_id:
+            last = last_batch_written(batch.sparkSession, self.path, writer_id)
+            self.checked_writer = writer_id
+            if last is not None and last >= batch_id:
+                log.info("%s: batch %d of %s is in the table already; not written again",
+                         self.path, batch_id, writer_id)
+                return False
+        (
+            batch.write.format("delta")
+            .mode("append")
+            .option("userMetadata", json.dumps({"writer": writer_id, "batch": batch_id}))
+            .partitionBy(*self.partition_by)
+            .save(self.path)
+        )
+        return True
+
+
+def last_batch_written(spark: SparkSession, path: str, writer_id: str) -> int | None:
+    """The latest micro-batch ``writer_id`` committed to the table, None if none."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    table = DeltaTable.forPath(spark, path)
+    history = table.history(HISTORY_LOOKBACK).select("userMetadata").collect()
+    if len(history) == HISTORY_LOOKBACK:
+        history = table.history().select("userMetadata").collect()
+    for row in history:
+        marker = _batch_marker(row["userMetadata"])
+        if marker is not None and marker[0] == writer_id:
+            return marker[1]
+    return None
+
+
+def _batch_marker(user_metadata: str | None) -> tuple[str, int] | None:
+    """(writer, batch) from a commit's ``userMetadata`` written by AppendOnce."""
+    if not user_metadata or not user_metadata.startswith("{"):
+        return None
+    try:
+        value = json.loads(user_metadata)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("batch"), int):
+        return None
+    return str(value.get("writer")), value["batch"]
 
 
 @contextmanager

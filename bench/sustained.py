@@ -1,0 +1,333 @@
+"""The highest rate the speed layer sustains with every component's lag under a bound.
+
+A step runs ``abstream run`` (ingest, sessionize and metrics side by side, each on its own
+trigger, its metrics endpoint on) in a fresh data folder and lands the throughput
+benchmark's generated files in its landing folder at a fixed rate, each stamped with the
+time it landed, as a client's upload would be. Every 5 seconds it reads each component's lag
+(``abstream_component_lag_seconds``, the lag monitor's own figure, the largest over the
+component's sources) and each query's state rows from the endpoint. The first ``--warmup``
+seconds are not judged; the step passes when every lag stays under ``--max-lag`` for the
+next ``--hold`` seconds, and fails as soon as one does not. After a pass the rate goes up by
+``--factor``; after the first failure the search bisects between the best pass and the
+lowest failure, for ``--steps`` steps in all.
+
+    python bench/sustained.py [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30]
+
+Prints a table, then one JSON object as the last line; writes it, a chart of the best
+passing step's lags and state rows, and each step's log of ``abstream run`` to
+bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from prometheus_client.parser import text_string_to_metric_families
+from throughput import COMPONENTS, RESULTS, dataset, machine
+
+log = logging.getLogger("bench.sustained")
+SCRAPE_SECONDS = 5.0
+#: Dataset sizes the other benchmarks generate; a step lands files from the smallest that
+#: lasts it.
+DATASETS = (2_000_000, 5_000_000, 20_000_000)
+STOP_SECONDS = 120
+#: Triggers for the continuous run: sessionize's default (30 s) alone would put its lag
+#: above a 30-second bound between two micro-batches.
+TRIGGERS = {"ABSTREAM__INGEST__TRIGGER": "5 seconds",
+            "ABSTREAM__SESSIONIZE__TRIGGER": "10 seconds",
+            "ABSTREAM__METRICS__TRIGGER": "5 seconds"}
+
+
+@dataclass
+class Sample:
+    at: float
+    landed: int
+    lag: dict[str, float]
+    state_rows: dict[str, float]
+
+
+@dataclass
+class Step:
+    rate: int
+    passed: bool = False
+    reason: str = ""
+    judged_seconds: float = 0.0
+    max_lag: dict[str, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if key != "samples"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Scrape:
+    lag: dict[str, float] = field(default_factory=dict)
+    state_rows: dict[str, float] = field(default_factory=dict)
+    batches: dict[str, float] = field(default_factory=dict)
+
+
+def scrape(url: str) -> Scrape | None:
+    """Each component's largest lag, each query's state rows and micro-batches run; None
+    while the endpoint is not serving."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    found = Scrape()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "abstream_component_lag_seconds":
+                name = sample.labels["component"]
+                found.lag[name] = max(found.lag.get(name, 0.0), sample.value)
+            elif sample.name == "abstream_query_state_rows":
+                found.state_rows[sample.labels["job"]] = sample.value
+            elif sample.name == "abstream_query_batches_total":
+                found.batches[sample.labels["job"]] = sample.value
+    return found
+
+
+def start_pipeline(work: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, **TRIGGERS,
+           "ABSTREAM__MONITOR__EXPORTER": f"{{host: 127.0.0.1, port: {port}}}"}
+    command = [sys.executable, "-m", "abstream", "run", "--data-dir", str(work)]
+    with (work / "run.log").open("w") as output:
+        return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+
+def stop_pipeline(child: subprocess.Popen) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+class Feeder:
+    """Lands the dataset's files at a fixed rate, each stamped with its landing time."""
+
+    def __init__(self, files: list[Path], landing: Path, rate: int) -> None:
+        self.files, self.landing, self.rate = files, landing, rate
+        with files[0].open() as first:
+            self.per_file = sum(1 for _ in first)
+        self.began = time.monotonic()
+        self.landed = 0
+
+    def land_one(self) -> None:
+        path = self.files[self.landed]
+        now = time.time()
+        os.utime(path, (now, now))
+        os.link(path, self.landing / path.name)
+        self.landed += 1
+
+    def start(self) -> None:
+        """Hold the rate from now on, counting what has landed already."""
+        self.began = time.monotonic() - self.landed * self.per_file / self.rate
+
+    def land_due(self) -> None:
+        while (self.landed < len(self.files)
+               and self.began + self.landed * self.per_file / self.rate <= time.monotonic()):
+            self.land_one()
+
+    @property
+    def events(self) -> int:
+        return self.landed * self.per_file
+
+    @property
+    def exhausted(self) -> bool:
+        return self.landed == len(self.files)
+
+
+def warm_up(child: subprocess.Popen, url: str, feeder: Feeder) -> None:
+    """Land one file and wait until every component has run a micro-batch: the JVM started
+    and the first, cold micro-batches are behind before the rate is held."""
+    feeder.land_one()
+    names = {c.name for c in COMPONENTS}
+    while True:
+        if child.poll() is not None:
+            raise SystemExit(f"abstream run exited with {child.returncode} while warming up")
+        found = scrape(url)
+        if found is not None and names <= set(found.batches):
+            return
+        time.sleep(1)
+
+
+def run_step(rate: int, args: argparse.Namespace) -> Step:
+    step = Step(rate)
+    seconds = args.warmup + args.hold
+    needed = rate * seconds
+    source = dataset(next((size for size in DATASETS if size >= needed),
+                          math.ceil(needed / 1e6) * 1_000_000), args.seed)
+    work = RESULTS / "work-sustained"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "landing").mkdir(parents=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    log.info("%s events/s: starting abstream run", f"{rate:,}")
+    child = start_pipeline(work, port)
+    feeder = Feeder(sorted(source.glob("beacons-*")), work / "landing", rate)
+    try:
+        warm_up(child, url, feeder)
+        log.info("%s events/s: landing files for %d s", f"{rate:,}", seconds)
+        feeder.start()
+        while True:
+            feeder.land_due()
+            elapsed = time.monotonic() - feeder.began
+            found = scrape(url)
+            if child.poll() is not None:
+                step.reason = f"abstream run exited with {child.returncode}"
+                break
+            if found is not None:
+                lag = found.lag
+                step.samples.append(Sample(round(elapsed, 1), feeder.events, lag,
+                                           found.state_rows))
+                if elapsed >= args.warmup:
+                    step.judged_seconds = round(elapsed - args.warmup, 1)
+                    for name, value in lag.items():
+                        step.max_lag[name] = round(max(step.max_lag.get(name, 0.0), value), 1)
+                    worst = max(lag, key=lambda name: lag[name])
+                    if lag[worst] >= args.max_lag:
+                        step.reason = f"{worst} lag {lag[worst]:.0f} s at {elapsed:.0f} s"
+                        break
+                log.info("%s events/s, %3.0f s: lag %s", f"{rate:,}", elapsed,
+                         " ".join(f"{n}={v:.0f}s" for n, v in sorted(lag.items())))
+            if elapsed >= seconds:
+                step.passed = True
+                break
+            if feeder.exhausted:
+                step.reason = "the dataset ran out"
+                break
+            time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - feeder.began - elapsed)))
+    finally:
+        stop_pipeline(child)
+        shutil.move(work / "run.log", RESULTS / f"sustained-{rate}-run.log")
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("%s events/s: %s", f"{rate:,}", "passed" if step.passed else
+             f"failed ({step.reason})")
+    return step
+
+
+def search(args: argparse.Namespace) -> list[Step]:
+    """Up by ``--factor`` while steps pass, down by half while none has, then bisect."""
+    steps: list[Step] = []
+    best, lowest_fail = 0, 0
+    rate = args.rate
+    for _ in range(args.steps):
+        step = run_step(rate, args)
+        steps.append(step)
+        if step.passed:
+            best = max(best, rate)
+        else:
+            lowest_fail = min(lowest_fail or rate, rate)
+        if not lowest_fail:
+            rate = round(best * args.factor, -2)
+        elif not best:
+            rate = round(lowest_fail / 2, -2)
+        else:
+            rate = round((best + lowest_fail) / 2, -2)
+        if rate <= 0 or rate in {s.rate for s in steps}:
+            break
+    return steps
+
+
+def state_growth(step: Step, warmup: float) -> dict[str, float | None]:
+    """Per query, the most state rows in the last third of the judged time over the most in
+    the third before it: about 1 once state is bounded."""
+    judged = [s for s in step.samples if s.at >= warmup]
+    third = len(judged) // 3
+    growth: dict[str, float | None] = {}
+    for component in COMPONENTS:
+        middle = [s.state_rows.get(component.name, 0.0) for s in judged[third:2 * third]]
+        last = [s.state_rows.get(component.name, 0.0) for s in judged[2 * third:]]
+        growth[component.name] = (round(max(last) / max(middle), 3)
+                                  if middle and last and max(middle) else None)
+    return growth
+
+
+def chart(step: Step, max_lag: float, path: Path) -> None:
+    figure = Figure(figsize=(11, 7))
+    lag_axis, state_axis = figure.subplots(2, 1, sharex=True)
+    times = [s.at for s in step.samples]
+    for component in COMPONENTS:
+        lag_axis.plot(times, [s.lag.get(component.name, 0.0) for s in step.samples],
+                      label=component.name)
+        state_axis.plot(times, [s.state_rows.get(component.name, 0.0) for s in step.samples],
+                        label=component.name)
+    lag_axis.axhline(max_lag, color="red", linestyle="--", label="bound")
+    lag_axis.set(title=f"lag (s) at {step.rate:,} events/s", ylim=(0, None))
+    lag_axis.legend()
+    state_axis.set(title="state rows", xlabel="seconds since the first file landed",
+                   ylim=(0, None))
+    state_axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=4000, help="the first rate, events/s")
+    parser.add_argument("--factor", type=float, default=1.25,
+                        help="the next rate after a pass, until the first failure")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=60)
+    parser.add_argument("--hold", type=int, default=300)
+    parser.add_argument("--max-lag", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    steps = search(args)
+    passed = [s for s in steps if s.passed]
+    best = max(passed, key=lambda s: s.rate) if passed else None
+    result = {
+        "benchmark": "sustained",
+        "sustained_events_per_s": best.rate if best else 0,
+        "max_lag_bound_s": args.max_lag,
+        "hold_s": args.hold,
+        "warmup_s": args.warmup,
+        "triggers": TRIGGERS,
+        "steps": [s.summary() for s in steps],
+        "machine": machine(),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    print(f"\n{'events/s':>9} {'result':<8} " + " ".join(f"{c.name + ' max lag':>20}"
+                                                      for c in COMPONENTS))
+    for step in steps:
+        print(f"{step.rate:>9,} {'pass' if step.passed else 'fail':<8} "
+              + " ".join(f"{step.max_lag.get(c.name, 0.0):>19.1f}s" for c in COMPONENTS)
+              + ("" if step.passed else f"  {step.reason}"))
+    stamp = result["when"][:19].replace(":", "")
+    if best:
+        result["state_growth"] = state_growth(best, args.warmup)
+        result["best_samples"] = [asdict(s) for s in best.samples]
+        chart(best, args.max_lag, RESULTS / f"sustained-{stamp}.png")
+    (RESULTS / f"sustained-{stamp}.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
