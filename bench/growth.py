@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from throughput import COMPONENTS, RESULTS, dataset, machine, rate, run_phase
+from throughput import (
+    COMPONENTS,
+    RESULTS,
+    dataset,
+    machine,
+    rate,
+    run_phase,
+    write_result,
+)
 
 log = logging.getLogger("bench.growth")
 POINTS = RESULTS / "growth"
@@ -151,11 +159,9 @@ def main() -> int:
                     key=lambda p: p["events"])
     result = summarize(points)
     print_table(result)
-    stamp = result["when"][:19].replace(":", "")
-    (RESULTS / f"growth-{stamp}.json").write_text(json.dumps(result, indent=2))
-    chart(points, RESULTS / f"growth-{stamp}.png")
-    log.info("chart: %s", RESULTS / f"growth-{stamp}.png")
-    print(json.dumps(result))
+    stem = write_result(result, "growth")
+    chart(points, stem.with_suffix(".png"))
+    log.info("chart: %s", stem.with_suffix(".png"))
     return 0
 
 

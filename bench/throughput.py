@@ -194,11 +194,14 @@ def process_tree_rss(root: int) -> int:
     return total
 
 
-def run_phase(phase: str, landing: Path, work: Path, config_file: str | None) -> dict:
-    """Run one side in a process of its own; its result and the peak RSS of its tree."""
+def run_phase(phase: str, landing: Path, work: Path, config_file: str | None,
+              settings: dict[str, str] | None = None) -> dict:
+    """Run one side in a process of its own (``settings``: more environment variables);
+    its result and the peak RSS of its tree."""
     command = [sys.executable, __file__, "--phase", phase, "--landing", str(landing),
                "--work", str(work)] + (["--config", config_file] if config_file else [])
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, **(settings or {})})
     peak = 0
     finished = threading.Event()
 
@@ -215,6 +218,16 @@ def run_phase(phase: str, landing: Path, work: Path, config_file: str | None) ->
     if child.returncode != 0:
         raise SystemExit(f"{phase} failed (exit {child.returncode})")
     return {**json.loads(output.strip().splitlines()[-1]), "peak_rss_mb": round(peak / 2**20)}
+
+
+def write_result(result: dict[str, Any], name: str) -> Path:
+    """``result`` to bench/results/NAME-<its time>.json and, as the last line, stdout; the
+    path without its suffix, for files that go with it."""
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"{name}-{result['when'][:19].replace(':', '')}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return stem
 
 
 def machine() -> str:
@@ -301,10 +314,7 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     result = summarize(records, pipeline_result, baseline, args.config)
     print_table(result)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = result["when"][:19].replace(":", "")
-    (RESULTS / f"throughput-{records}-{stamp}.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    write_result(result, f"throughput-{records}")
     return 0
 
 

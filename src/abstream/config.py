@@ -83,7 +83,7 @@ class SessionizeSettings(_Section):
     trigger: Duration = timedelta(seconds=30)
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
-    max_files_per_trigger: int = Field(default=200, gt=0)
+    max_files_per_trigger: int = Field(default=20, gt=0)
 
 
 class MetricsSettings(_Section):
@@ -94,7 +94,7 @@ class MetricsSettings(_Section):
     slide: Duration | None = None
     lateness: Duration = timedelta(hours=12)
     hll_lg_k: int = Field(default=12, ge=4, le=21)
-    max_files_per_trigger: int = Field(default=200, gt=0)
+    max_files_per_trigger: int = Field(default=20, gt=0)
 
     @model_validator(mode="after")
     def _slide_fits_window(self) -> MetricsSettings:

@@ -1,0 +1,100 @@
+"""What each tuning setting of the default configuration does: the speed layer with one
+setting put back to Spark's default (or changed), against the default configuration, on the
+same beacons in the same run.
+
+Each variant runs as the throughput benchmark's pipeline side does (``run --once`` in a cold
+JVM), with its setting given as ABSTREAM__* environment variables.
+
+    python bench/tuning.py [--events 500000] [--variants shuffle-200,hdfs-state,...]
+
+Prints a table, then one JSON object as the last line; writes it to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from datetime import UTC, datetime
+
+from throughput import COMPONENTS, RESULTS, dataset, machine, rate, run_phase, write_result
+
+log = logging.getLogger("bench.tuning")
+HDFS_STORE = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+#: name -> ABSTREAM__* settings; "default" is abstream's configuration as shipped.
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "shuffle-200": {"ABSTREAM__SPARK__CONF":
+                    "{spark.sql.shuffle.partitions: 200, "
+                    "spark.databricks.delta.snapshotPartitions: 50}"},
+    "hdfs-state": {"ABSTREAM__SPARK__CONF":
+                   f"{{spark.sql.streaming.stateStore.providerClass: {HDFS_STORE}}}"},
+    "no-changelog": {"ABSTREAM__SPARK__CONF":
+                     "{spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled: "
+                     "false}"},
+    "no-local-merge": {"ABSTREAM__SPARK__CONF":
+                       "{spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition: "
+                       "false}"},
+    "object-agg-128": {"ABSTREAM__SPARK__CONF":
+                       "{spark.sql.objectHashAggregate.sortBased.fallbackThreshold: 128}"},
+    "compressed-cache": {"ABSTREAM__SPARK__CONF":
+                         "{spark.sql.inMemoryColumnarStorage.compressed: true}"},
+    "ingest-5-files": {"ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "5"},
+    "ingest-50-files": {"ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "50"},
+    "downstream-200-files": {"ABSTREAM__SESSIONIZE__MAX_FILES_PER_TRIGGER": "200",
+                             "ABSTREAM__METRICS__MAX_FILES_PER_TRIGGER": "200"},
+}
+
+
+def variant_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown variant {unknown[0]!r}; "
+                                         f"choose from {', '.join(VARIANTS)}")
+    return names
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--variants", type=variant_list, default=list(VARIANTS),
+                        help="comma-separated; 'default' is always run first")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    landing = dataset(args.events, args.seed)
+    records = json.loads((landing / "_summary.json").read_text())["records"]
+    names = ["default"] + [name for name in args.variants if name != "default"]
+    runs: dict[str, dict] = {}
+    for number, name in enumerate(names, 1):
+        log.info("variant %d of %d: %s %s", number, len(names), name, VARIANTS[name])
+        work = RESULTS / "work-tuning"
+        shutil.rmtree(work, ignore_errors=True)
+        result = run_phase("pipeline", landing, work, None, VARIANTS[name])
+        shutil.rmtree(work, ignore_errors=True)
+        runs[name] = {"settings": VARIANTS[name], "seconds": result["seconds"],
+                      "end_to_end": round(sum(result["seconds"].values()), 2),
+                      "peak_rss_mb": result["peak_rss_mb"],
+                      "state_disk_bytes": result["state_disk_bytes"]}
+    base = runs["default"]["end_to_end"]
+    for run in runs.values():
+        run["events_per_s"] = rate(records, run["end_to_end"])
+        run["time_vs_default"] = round(run["end_to_end"] / base, 3)
+    print(f"\n{'variant':<20} " + " ".join(f"{c.name + ' s':>13}" for c in COMPONENTS)
+          + f" {'total s':>9} {'events/s':>9} {'x default time':>15}")
+    for name, run in runs.items():
+        print(f"{name:<20} " + " ".join(f"{run['seconds'][c.name]:>13.1f}" for c in COMPONENTS)
+              + f" {run['end_to_end']:>9.1f} {run['events_per_s']:>9,}"
+              + f" {run['time_vs_default']:>15}")
+    result = {"benchmark": "tuning", "events": records, "variants": runs, "machine": machine(),
+              "master": "local[2]", "when": datetime.now(UTC).isoformat(timespec="seconds")}
+    write_result(result, f"tuning-{records}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
