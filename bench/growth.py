@@ -29,8 +29,9 @@ from throughput import (
     RESULTS,
     dataset,
     machine,
-    rate,
+    records_in,
     run_phase,
+    speed_layer_rates,
     write_result,
 )
 
@@ -41,20 +42,16 @@ POINTS = RESULTS / "growth"
 def measure(events: int, seed: int) -> dict[str, Any]:
     """One size: the speed layer over its dataset, stored in POINTS."""
     landing = dataset(events, seed)
-    records = json.loads((landing / "_summary.json").read_text())["records"]
+    records = records_in(landing)
     work = RESULTS / "work-growth"
     shutil.rmtree(work, ignore_errors=True)
     log.info("speed layer on %s beacons", f"{records:,}")
     result = run_phase("pipeline", landing, work, None)
     shutil.rmtree(work, ignore_errors=True)
-    total = sum(result["seconds"].values())
     point = {
         "events": records,
         "seed": seed,
-        "seconds": {**result["seconds"], "end_to_end": round(total, 2)},
-        "end_to_end_events_per_s": rate(records, total),
-        "per_component_events_per_s": {name: rate(records, s)
-                                       for name, s in result["seconds"].items()},
+        **speed_layer_rates(records, result["seconds"]),
         "peak_rss_mb": result["peak_rss_mb"],
         "state_rows": result["state_rows"],
         "state_disk_bytes": result["state_disk_bytes"],

@@ -230,6 +230,21 @@ def write_result(result: dict[str, Any], name: str) -> Path:
     return stem
 
 
+def records_in(landing: Path) -> int:
+    """How many records a generated dataset holds."""
+    return json.loads((landing / "_summary.json").read_text())["records"]
+
+
+def speed_layer_rates(records: int, seconds: dict[str, float]) -> dict[str, Any]:
+    """Per-component seconds with their end-to-end total, and events/s of each."""
+    total = sum(seconds.values())
+    return {
+        "seconds": {**seconds, "end_to_end": round(total, 2)},
+        "end_to_end_events_per_s": rate(records, total),
+        "per_component_events_per_s": {name: rate(records, s) for name, s in seconds.items()},
+    }
+
+
 def machine() -> str:
     return f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}"
 
@@ -240,9 +255,8 @@ def rate(events: int, seconds: float) -> int:
 
 def summarize(records: int, pipeline_result: dict, baseline: dict,
               config_file: str | None) -> dict[str, Any]:
-    seconds = pipeline_result["seconds"]
-    total = sum(seconds.values())
-    end_to_end = rate(records, total)
+    rates = speed_layer_rates(records, pipeline_result["seconds"])
+    end_to_end = rates["end_to_end_events_per_s"]
     base = rate(records, baseline["seconds"])
     return {
         "benchmark": "throughput",
@@ -250,10 +264,10 @@ def summarize(records: int, pipeline_result: dict, baseline: dict,
         "end_to_end_events_per_s": end_to_end,
         "baseline_events_per_s": base,
         "ratio": round(end_to_end / base, 3) if base else None,
-        "per_component_events_per_s": {name: rate(records, s) for name, s in seconds.items()},
+        "per_component_events_per_s": rates["per_component_events_per_s"],
         "peak_rss_mb": pipeline_result["peak_rss_mb"],
         "baseline_peak_rss_mb": baseline["peak_rss_mb"],
-        "seconds": {**seconds, "end_to_end": round(total, 2), "baseline": baseline["seconds"]},
+        "seconds": {**rates["seconds"], "baseline": baseline["seconds"]},
         "rows_in": pipeline_result["rows_in"],
         "written": pipeline_result["written"],
         "state_rows": pipeline_result["state_rows"],
@@ -304,7 +318,7 @@ def main() -> int:
         return 0
 
     landing = dataset(args.events, args.seed)
-    records = json.loads((landing / "_summary.json").read_text())["records"]
+    records = records_in(landing)
     work = RESULTS / "work-throughput"
     shutil.rmtree(work, ignore_errors=True)
     log.info("speed layer on %s beacons", f"{records:,}")

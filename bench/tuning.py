@@ -13,13 +13,21 @@ Prints a table, then one JSON object as the last line; writes it to bench/result
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
 from datetime import UTC, datetime
 
-from throughput import COMPONENTS, RESULTS, dataset, machine, rate, run_phase, write_result
+from throughput import (
+    COMPONENTS,
+    RESULTS,
+    dataset,
+    machine,
+    rate,
+    records_in,
+    run_phase,
+    write_result,
+)
 
 log = logging.getLogger("bench.tuning")
 HDFS_STORE = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -67,7 +75,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
     landing = dataset(args.events, args.seed)
-    records = json.loads((landing / "_summary.json").read_text())["records"]
+    records = records_in(landing)
     names = ["default"] + [name for name in args.variants if name != "default"]
     runs: dict[str, dict] = {}
     for number, name in enumerate(names, 1):
