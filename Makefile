@@ -7,17 +7,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint jars bench bench-growth bench-sustained bench-tuning \
-	bench-sessionize bench-lag-scrape bench-latency bench-deps system-deps clean help
+.PHONY: demo test test-fast lint jars bench bench-ceiling bench-growth bench-sustained bench-tuning \
+	bench-gold-merge bench-sessionize bench-lag-scrape bench-latency bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
 	@echo "make bench  speed-layer throughput against a naive Spark chain (ARGS='--events N')"
+	@echo "make bench-ceiling    the stages alone, without per-batch work: the most this machine allows"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
+	@echo "make bench-gold-merge a metrics micro-batch's MERGE as gold grows, against a plain table"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "            (every benchmark writes its results to bench/results/)"
 	@echo "make lint   ruff"
@@ -49,6 +51,9 @@ bench-deps: $(STAMP) jars
 bench: bench-deps
 	$(BIN)/python bench/throughput.py $(ARGS)
 
+bench-ceiling: bench-deps
+	$(BIN)/python bench/ceiling.py $(ARGS)
+
 bench-growth: bench-deps
 	$(BIN)/python bench/growth.py $(ARGS)
 
@@ -57,6 +62,9 @@ bench-sustained: bench-deps
 
 bench-tuning: bench-deps
 	$(BIN)/python bench/tuning.py $(ARGS)
+
+bench-gold-merge: bench-deps
+	$(BIN)/python bench/gold_merge.py $(ARGS)
 
 bench-sessionize: bench-deps
 	$(BIN)/python bench/sessionize.py $(ARGS)

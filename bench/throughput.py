@@ -220,13 +220,15 @@ def run_phase(phase: str, landing: Path, work: Path, config_file: str | None,
     return {**json.loads(output.strip().splitlines()[-1]), "peak_rss_mb": round(peak / 2**20)}
 
 
-def write_result(result: dict[str, Any], name: str) -> Path:
-    """``result`` to bench/results/NAME-<its time>.json and, as the last line, stdout; the
-    path without its suffix, for files that go with it."""
+def write_result(result: dict[str, Any], name: str, final: bool = True) -> Path:
+    """``result`` to bench/results/NAME-<its time>.json and, when ``final``, as the last line
+    to stdout (a partial result is written over by the next); the path without its suffix,
+    for files that go with it."""
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"{name}-{result['when'][:19].replace(':', '')}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    if final:
+        print(json.dumps(result))
     return stem
 
 
@@ -243,6 +245,13 @@ def speed_layer_rates(records: int, seconds: dict[str, float]) -> dict[str, Any]
         "end_to_end_events_per_s": rate(records, total),
         "per_component_events_per_s": {name: rate(records, s) for name, s in seconds.items()},
     }
+
+
+def log_progress() -> None:
+    """Progress lines with their time to stderr, without py4j's chatter."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
 def machine() -> str:

@@ -7,7 +7,8 @@ JVM), with its setting given as ABSTREAM__* environment variables.
 
     python bench/tuning.py [--events 500000] [--variants shuffle-200,hdfs-state,...]
 
-Prints a table, then one JSON object as the last line; writes it to bench/results/.
+Prints a table, then one JSON object as the last line; writes it to bench/results/, after
+every variant (an interrupted run keeps the variants it measured).
 """
 
 from __future__ import annotations
@@ -77,31 +78,35 @@ def main() -> int:
     landing = dataset(args.events, args.seed)
     records = records_in(landing)
     names = ["default"] + [name for name in args.variants if name != "default"]
-    runs: dict[str, dict] = {}
+    result = {"benchmark": "tuning", "events": records, "variants": {}, "machine": machine(),
+              "master": "local[2]", "when": datetime.now(UTC).isoformat(timespec="seconds")}
+    runs = result["variants"]
     for number, name in enumerate(names, 1):
         log.info("variant %d of %d: %s %s", number, len(names), name, VARIANTS[name])
         work = RESULTS / "work-tuning"
         shutil.rmtree(work, ignore_errors=True)
-        result = run_phase("pipeline", landing, work, None, VARIANTS[name])
+        measured = run_phase("pipeline", landing, work, None, VARIANTS[name])
         shutil.rmtree(work, ignore_errors=True)
-        runs[name] = {"settings": VARIANTS[name], "seconds": result["seconds"],
-                      "end_to_end": round(sum(result["seconds"].values()), 2),
-                      "peak_rss_mb": result["peak_rss_mb"],
-                      "state_disk_bytes": result["state_disk_bytes"]}
-    base = runs["default"]["end_to_end"]
-    for run in runs.values():
-        run["events_per_s"] = rate(records, run["end_to_end"])
-        run["time_vs_default"] = round(run["end_to_end"] / base, 3)
+        end_to_end = round(sum(measured["seconds"].values()), 2)
+        default = runs["default"]["end_to_end"] if runs else end_to_end
+        runs[name] = {"settings": VARIANTS[name], "seconds": measured["seconds"],
+                      "end_to_end": end_to_end, "events_per_s": rate(records, end_to_end),
+                      "time_vs_default": round(end_to_end / default, 3),
+                      "peak_rss_mb": measured["peak_rss_mb"],
+                      "state_disk_bytes": measured["state_disk_bytes"]}
+        write_result(result, f"tuning-{records}", final=False)
+    print_table(runs)
+    write_result(result, f"tuning-{records}")
+    return 0
+
+
+def print_table(runs: dict[str, dict]) -> None:
     print(f"\n{'variant':<20} " + " ".join(f"{c.name + ' s':>13}" for c in COMPONENTS)
           + f" {'total s':>9} {'events/s':>9} {'x default time':>15}")
     for name, run in runs.items():
         print(f"{name:<20} " + " ".join(f"{run['seconds'][c.name]:>13.1f}" for c in COMPONENTS)
               + f" {run['end_to_end']:>9.1f} {run['events_per_s']:>9,}"
               + f" {run['time_vs_default']:>15}")
-    result = {"benchmark": "tuning", "events": records, "variants": runs, "machine": machine(),
-              "master": "local[2]", "when": datetime.now(UTC).isoformat(timespec="seconds")}
-    write_result(result, f"tuning-{records}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ class IngestSettings(_Section):
     max_files_per_trigger: int = Field(default=20, gt=0)
     max_record_bytes: int = Field(default=65_536, gt=0)
     future_tolerance: Duration = timedelta(days=1)
-    dedupe_window: Duration = timedelta(minutes=10)
+    dedupe_window: Duration = timedelta(minutes=2)
 
 
 class SessionizeSettings(_Section):

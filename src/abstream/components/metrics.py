@@ -1,7 +1,8 @@
 """metrics: bronze ``events`` + silver ``sessions`` -> gold ``experiment_metrics``.
 
 One query over both sources, so one writer owns the gold rows (no concurrent MERGE
-conflicts). Windows are emitted in update mode as they change and merged into gold.
+conflicts). Windows are emitted in update mode as they change and merged into gold; the
+MERGE reads only gold's files that reach the batch's earliest window.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from abstream.io.sources import delta_stream
 from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.schemas import METRIC_KEY
 from abstream.stages import metrics
+from abstream.times import from_micros
 
 
 def build(ctx: Context) -> DataStreamWriter:
@@ -42,11 +44,13 @@ def build(ctx: Context) -> DataStreamWriter:
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         batch.persist()
         try:
-            rows = batch.count()
-            if rows:
+            stats = batch.agg(F.count(F.lit(1)).alias("rows"),
+                              F.min(F.unix_micros("window_start")).alias("first")).first()
+            if stats["rows"]:
                 sinks.upsert(batch, gold_path, METRIC_KEY, writer_id, batch_id,
-                             partition={"layer": SPEED})
-            return {"metric rows": rows}
+                             partition={"layer": SPEED},
+                             since={"window_start": from_micros(stats["first"])})
+            return {"metric rows": stats["rows"]}
         finally:
             batch.unpersist()
 
