@@ -28,7 +28,16 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
-from throughput import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
+from throughput import (
+    RESULTS,
+    dataset,
+    log_progress,
+    machine,
+    rate,
+    records_in,
+    run_to_end,
+    write_result,
+)
 
 from abstream.config import Config, load_config
 from abstream.durations import spark_interval
@@ -117,12 +126,7 @@ def measure(spark: SparkSession, stage: Stage, config: Config, landing: Path,
             work: Path) -> float:
     """Seconds the stage takes over the whole input, logging progress as it goes."""
     began = time.monotonic()
-    query = stream(spark, stage, config, landing, work).start()
-    while not query.awaitTermination(10):
-        progress = query.lastProgress
-        log.info("%s: micro-batch %s, %.0f s", stage.name, progress and progress["batchId"],
-                 time.monotonic() - began)
-    return round(time.monotonic() - began, 2)
+    return run_to_end(stream(spark, stage, config, landing, work).start(), stage.name, began)
 
 
 def main() -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from abstream.components import ingest, metrics, sessionize
 from abstream.config import SparkSettings, load_config
@@ -162,12 +163,20 @@ def run_baseline(landing: Path, work: Path) -> dict[str, Any]:
     query = (naive_chain(beacons).writeStream.format("delta").outputMode("append")
              .option("checkpointLocation", str(work / "checkpoint"))
              .trigger(availableNow=True).start(str(work / "metrics")))
-    while not query.awaitTermination(10):
-        log.info("baseline: %.0f s", time.monotonic() - began)
-    seconds = round(time.monotonic() - began, 2)
+    seconds = run_to_end(query, "baseline", began)
     rows = spark.read.format("delta").load(str(work / "metrics")).count()
     spark.stop()
     return {"seconds": seconds, "metric_rows": rows}
+
+
+def run_to_end(query: StreamingQuery, name: str, began: float) -> float:
+    """Wait for an AvailableNow query to end, logging its micro-batches every 10 s; the
+    seconds since ``began``."""
+    while not query.awaitTermination(10):
+        progress = query.lastProgress
+        log.info("%s: micro-batch %s, %.0f s", name, progress and progress["batchId"],
+                 time.monotonic() - began)
+    return round(time.monotonic() - began, 2)
 
 
 def process_tree_rss(root: int) -> int:
