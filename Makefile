@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint jars bench bench-ceiling bench-growth bench-sustained bench-tuning \
-	bench-gold-merge bench-sessionize bench-lag-scrape bench-latency bench-deps system-deps clean help
+	bench-sessionize bench-lag-scrape bench-latency bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -19,7 +19,6 @@ help:
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
-	@echo "make bench-gold-merge a metrics micro-batch's MERGE as gold grows, against a plain table"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "            (every benchmark writes its results to bench/results/)"
 	@echo "make lint   ruff"
@@ -62,9 +61,6 @@ bench-sustained: bench-deps
 
 bench-tuning: bench-deps
 	$(BIN)/python bench/tuning.py $(ARGS)
-
-bench-gold-merge: bench-deps
-	$(BIN)/python bench/gold_merge.py $(ARGS)
 
 bench-sessionize: bench-deps
 	$(BIN)/python bench/sessionize.py $(ARGS)

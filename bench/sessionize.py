@@ -1,10 +1,23 @@
-"""How to sessionize: Spark's native session_window against a Python stateful processor.
+"""How to sessionize a stream: Spark's session_window, abstream's sessionize per batch, Python.
+
+Ways to find visits in a stream of events: Spark's streaming session_window,
+abstream's window-function sessionize inside foreachBatch, and a Python stateful processor.
 
 Builds a bronze table from generated beacons (one Delta commit per landing file), then
-streams it with AvailableNow through each sessionizer into a no-op sink and reports
-events/s. Every variant reads the same table in the same run, after a warm-up.
+streams it with AvailableNow through each sessionizer and reports events/s. Every variant
+reads the same table in the same run, after a warm-up run of its own, and emits closed
+visits:
 
-    python bench/sessionize.py [--events 200000] [--variants native,wide,python]
+- native: ``session_window`` in Spark's streaming state store (RocksDB, changelog
+  checkpoints, sessions merged in each partition first), into a no-op sink;
+- wide: the same, carrying whole events in state;
+- batch: abstream's ``sessions.sessionize`` (window functions, and what each event counts
+  for) inside ``foreachBatch`` over each micro-batch's events, visits into a no-op sink
+  (the sessionize component also carries the open visits' events between micro-batches);
+- python: ``transformWithStateInPandas`` with event-time timers.
+
+    python bench/sessionize.py [--events 200000] [--variants native,batch,python]
+                               [--max-files-per-trigger 8]
 """
 
 from __future__ import annotations
@@ -17,13 +30,14 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -34,15 +48,26 @@ from abstream.config import load_config
 from abstream.durations import spark_interval
 from abstream.generator import GeneratorSettings, generate
 from abstream.spark import spark_session
-from abstream.stages.sessions import assemble_visits
-from abstream.stages.validate import drop_duplicate_events, parse_beacons, valid_events
+from abstream.stages import sessions
+from abstream.stages.dedupe import drop_duplicate_events
+from abstream.stages.validate import parse_beacons, valid_events
 
 log = logging.getLogger("bench.sessionize")
 RESULTS = Path(__file__).parent / "results"
 GAP = timedelta(minutes=35)
-LATENESS = "15 minutes"
+LATENESS = timedelta(minutes=15)
 #: As abstream's sessionize reads bronze: a few commits per micro-batch.
 MAX_FILES_PER_TRIGGER = 8
+#: Spark's streaming state store as abstream configured it before its speed layer dropped
+#: streaming state: RocksDB with changelog checkpoints, sessions merged in each partition
+#: before the shuffle. For the variants that keep state in Spark's store.
+STATE_STORE_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true",
+}
+#: What the batch variant carries between micro-batches: the open visits' events.
 
 VISIT = StructType([
     StructField("session_id", StringType()),
@@ -59,7 +84,6 @@ STATE = StructType([
     StructField("pageviews", LongType()),
     StructField("orders", LongType()),
 ])
-
 
 class PythonSessionizer(StatefulProcessor):
     """The open visit per session_id in a ValueState, closed by an event-time timer at
@@ -114,11 +138,41 @@ class PythonSessionizer(StatefulProcessor):
         return
 
 
+def _count(kind: str) -> Column:
+    return F.count_if(F.col("type") == kind)
+
+
+def _in_store(operator: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame, Path],
+                                                                      DataStreamWriter]:
+    """A variant whose state lives in Spark's state store: watermark, operator, no-op."""
+    def variant(events: DataFrame, checkpoint: Path) -> DataStreamWriter:
+        visits = operator(events.withWatermark("event_ts", spark_interval(LATENESS)))
+        return visits.writeStream.format("noop").outputMode("append") \
+            .option("checkpointLocation", str(checkpoint))
+    return variant
+
+
+@_in_store
 def native(events: DataFrame) -> DataFrame:
-    """abstream's sessionize stage: session_window over the few columns it needs."""
-    return assemble_visits(events, GAP)
+    """session_window over the columns abstream sessionizes, with silver's counters and the
+    experiment entries collected."""
+    return events.select(*sessions.SESSION_INPUT) \
+        .groupBy("session_id", F.session_window("event_ts", spark_interval(GAP))).agg(
+            F.min("event_ts").alias("visit_start"),
+            F.max("event_ts").alias("visit_end"),
+            F.max("visitor_id").alias("visitor_id"),
+            F.count(F.lit(1)).alias("events"),
+            _count("pageview").alias("pageviews"),
+            _count("add_to_cart").alias("add_to_carts"),
+            _count("order").alias("orders"),
+            F.sum("revenue").alias("revenue"),
+            F.sum("units").alias("units"),
+            _count("error").alias("errors"),
+            F.collect_list("experiments").alias("entry_sets"),
+        )
 
 
+@_in_store
 def wide(events: DataFrame) -> DataFrame:
     """session_window carrying whole events (every column, arrays and structs) in state."""
     return events.groupBy("session_id", F.session_window("event_ts", spark_interval(GAP))) \
@@ -126,13 +180,27 @@ def wide(events: DataFrame) -> DataFrame:
              F.first(F.struct(*events.columns)).alias("first_event"))
 
 
+@_in_store
 def python(events: DataFrame) -> DataFrame:
     """A transformWithStateInPandas sessionizer with event-time timers (RocksDB state)."""
     return events.select("session_id", "event_ts", "type").groupBy("session_id") \
         .transformWithStateInPandas(PythonSessionizer(), VISIT, "Append", "EventTime")
 
 
-VARIANTS = {"native": native, "wide": wide, "python": python}
+def batch(events: DataFrame, checkpoint: Path) -> DataStreamWriter:
+    """abstream's sessions.sessionize (window functions, what each event counts for) as a
+    batch job inside foreachBatch, over each micro-batch's events (the sessionize component
+    adds the open visits' events, read from its state snapshot)."""
+    def write(new: DataFrame, batch_id: int) -> None:
+        visits = sessions.assemble_visits(
+            sessions.sessionize(new.select(*sessions.SESSION_INPUT), GAP))
+        visits.write.format("noop").mode("overwrite").save()
+
+    return events.writeStream.foreachBatch(write).option("checkpointLocation", str(checkpoint))
+
+
+VARIANTS: dict[str, Callable[[DataFrame, Path], DataStreamWriter]] = {
+    "native": native, "wide": wide, "batch": batch, "python": python}
 
 
 def build_bronze(spark: SparkSession, work: Path, events: int, seed: int) -> tuple[str, int]:
@@ -147,20 +215,19 @@ def build_bronze(spark: SparkSession, work: Path, events: int, seed: int) -> tup
             F.lit(datetime.now(UTC)).alias("arrived_at"),
             F.lit(datetime.now(UTC)).alias("ingested_at"))
         parsed = parse_beacons(raw, 65_536, timedelta(days=1))
-        valid_events(drop_duplicate_events(parsed, timedelta(minutes=10))).write \
+        drop_duplicate_events(valid_events(parsed)).write \
             .format("delta").mode("append").save(bronze)
         log.info("bronze commit %d/%d", number, len(files))
     return bronze, spark.read.format("delta").load(bronze).count()
 
 
-def measure(spark: SparkSession, name: str, bronze: str, work: Path, rows: int) -> dict:
+def measure(spark: SparkSession, name: str, bronze: str, work: Path, rows: int, *,
+            max_files: int) -> dict:
     checkpoint = work / f"checkpoint-{name}"
     shutil.rmtree(checkpoint, ignore_errors=True)
-    events = spark.readStream.format("delta") \
-        .option("maxFilesPerTrigger", MAX_FILES_PER_TRIGGER).load(bronze) \
-        .withWatermark("event_ts", LATENESS)
-    query = VARIANTS[name](events).writeStream.format("noop").outputMode("append") \
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+    events = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files) \
+        .load(bronze)
+    query = VARIANTS[name](events, checkpoint).trigger(availableNow=True)
     began = time.monotonic()
     running = query.start()
     while not running.awaitTermination(5):
@@ -169,35 +236,54 @@ def measure(spark: SparkSession, name: str, bronze: str, work: Path, rows: int) 
                  time.monotonic() - began)
     seconds = time.monotonic() - began
     return {"variant": name, "events": rows, "seconds": round(seconds, 2),
-            "events_per_s": round(rows / seconds)}
+            "events_per_s": round(rows / seconds),
+            "micro_batches": last["batchId"] + 1 if (last := running.lastProgress) else 0}
+
+
+def variant_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown variant {unknown[0] if unknown else ''!r};"
+                                         f" choose from {', '.join(VARIANTS)}")
+    return names
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--variants", default="native,wide,python")
+    parser.add_argument("--variants", type=variant_list, default=["native", "batch", "python"],
+                        help=f"comma-separated, of {', '.join(VARIANTS)} "
+                             "(default: native,batch,python)")
+    parser.add_argument("--max-files-per-trigger", type=int, default=MAX_FILES_PER_TRIGGER,
+                        help="bronze files per micro-batch")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.ERROR)
 
     work = RESULTS / "work-sessionize"
     shutil.rmtree(work, ignore_errors=True)
-    spark = spark_session(load_config().spark)
+    settings = load_config().spark
+    spark = spark_session(settings.model_copy(
+        update={"conf": {**STATE_STORE_CONF, **settings.conf}}))
     bronze, rows = build_bronze(spark, work, args.events, args.seed)
-    log.info("warm-up")
-    measure(spark, "native", bronze, work, rows)
+    for name in args.variants:
+        log.info("warming up %s", name)
+        measure(spark, name, bronze, work, rows, max_files=args.max_files_per_trigger)
     results = []
-    for name in args.variants.split(","):
+    for name in args.variants:
         log.info("measuring %s", name)
-        results.append(measure(spark, name, bronze, work, rows))
+        results.append(measure(spark, name, bronze, work, rows,
+                               max_files=args.max_files_per_trigger))
     base = next((r for r in results if r["variant"] == "native"), results[0])
     for r in results:
         r["ratio_to_native"] = round(r["events_per_s"] / base["events_per_s"], 3)
-    print(f"\n{'variant':<8} {'events':>10} {'seconds':>9} {'events/s':>10} {'vs native':>10}")
+    print(f"\n{'variant':<8} {'events':>10} {'batches':>8} {'seconds':>9} {'events/s':>10} "
+          f"{'vs native':>10}")
     for r in results:
-        print(f"{r['variant']:<8} {r['events']:>10,} {r['seconds']:>9.1f} "
-              f"{r['events_per_s']:>10,} {r['ratio_to_native']:>9.3f}x")
+        print(f"{r['variant']:<8} {r['events']:>10,} {r['micro_batches']:>8} "
+              f"{r['seconds']:>9.1f} {r['events_per_s']:>10,} {r['ratio_to_native']:>9.3f}x")
     report = {"benchmark": "sessionize", "machine": f"{platform.node()} "
               f"{os.cpu_count()} cores", "master": spark.sparkContext.master,
               "when": datetime.now(UTC).isoformat(timespec="seconds"), "results": results}

@@ -1,5 +1,6 @@
-"""Throughput of the speed layer (ingest -> sessionize -> metrics) against a naive Spark
-session_window chain, on the same generated beacons, in the same run.
+"""Throughput of the speed layer (ingest -> sessionize) against a naive Spark
+session_window chain and against a parse floor, on the same generated beacons, in the same
+run.
 
 The beacons are generated once per (events, seed) under bench/data/ and reused. Each side
 runs in a JVM of its own, started cold, while this process samples the resident memory of
@@ -10,7 +11,9 @@ that process tree:
   each timed on its own;
 - baseline: the JSON files read with Spark's JSON source, a ``session_window`` per session,
   then a 5-minute windowed aggregation per experiment and variant into a Delta table, all
-  with Spark's defaults (200 shuffle partitions, the HDFS-backed state store).
+  with Spark's defaults (200 shuffle partitions, the HDFS-backed state store);
+- parse floor: the landing files read as lines and parsed with the beacon schema
+  (``from_json``), into Spark's no-op sink: what any job over these files costs at least.
 
     python bench/throughput.py [--events 2000000] [--seed 1] [--config FILE]
 
@@ -37,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from abstream.components import ingest, metrics, sessionize
+from abstream.components import ingest, sessionize
 from abstream.config import SparkSettings, load_config
 from abstream.generator import GeneratorSettings, generate
 from abstream.layout import Layout
@@ -49,7 +52,7 @@ log = logging.getLogger("bench.throughput")
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 DATA = HERE / "data"
-COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT, metrics.COMPONENT)
+COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT)
 #: Spark's own defaults for the settings abstream changes, for the baseline.
 SPARK_DEFAULTS = {
     "spark.sql.shuffle.partitions": "200",
@@ -169,6 +172,19 @@ def run_baseline(landing: Path, work: Path) -> dict[str, Any]:
     return {"seconds": seconds, "metric_rows": rows}
 
 
+def run_parse_floor(landing: Path, work: Path) -> dict[str, Any]:
+    spark: SparkSession = spark_session(SparkSettings())
+    lines = spark.readStream.format("text").load(str(landing))
+    parsed = lines.select(F.from_json("value", BEACON).alias("b")).select("b.*")
+    began = time.monotonic()
+    query = (parsed.writeStream.format("noop")
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(availableNow=True).start())
+    seconds = run_to_end(query, "parse floor", began)
+    spark.stop()
+    return {"seconds": seconds}
+
+
 def run_to_end(query: StreamingQuery, name: str, began: float) -> float:
     """Wait for an AvailableNow query to end, logging its micro-batches every 10 s; the
     seconds since ``began``."""
@@ -271,21 +287,26 @@ def rate(events: int, seconds: float) -> int:
     return round(events / seconds) if seconds > 0 else 0
 
 
-def summarize(records: int, pipeline_result: dict, baseline: dict,
+def summarize(records: int, pipeline_result: dict, baseline: dict, floor: dict,
               config_file: str | None) -> dict[str, Any]:
     rates = speed_layer_rates(records, pipeline_result["seconds"])
     end_to_end = rates["end_to_end_events_per_s"]
     base = rate(records, baseline["seconds"])
+    parse_floor = rate(records, floor["seconds"])
     return {
         "benchmark": "throughput",
         "events": records,
         "end_to_end_events_per_s": end_to_end,
         "baseline_events_per_s": base,
         "ratio": round(end_to_end / base, 3) if base else None,
+        "parse_floor_events_per_s": parse_floor,
+        "end_to_end_over_parse_floor": round(end_to_end / parse_floor, 3) if parse_floor
+        else None,
         "per_component_events_per_s": rates["per_component_events_per_s"],
         "peak_rss_mb": pipeline_result["peak_rss_mb"],
         "baseline_peak_rss_mb": baseline["peak_rss_mb"],
-        "seconds": {**rates["seconds"], "baseline": baseline["seconds"]},
+        "seconds": {**rates["seconds"], "baseline": baseline["seconds"],
+                    "parse_floor": floor["seconds"]},
         "rows_in": pipeline_result["rows_in"],
         "written": pipeline_result["written"],
         "state_rows": pipeline_result["state_rows"],
@@ -310,7 +331,10 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['end_to_end_events_per_s']:>10,}")
     print(f"{'naive baseline':<22} {seconds['baseline']:>9.1f} "
           f"{result['baseline_events_per_s']:>10,}")
+    print(f"{'parse floor':<22} {seconds['parse_floor']:>9.1f} "
+          f"{result['parse_floor_events_per_s']:>10,}")
     print(f"\n{result['events']:,} beacons; end to end / baseline = {result['ratio']}x; "
+          f"end to end / parse floor = {result['end_to_end_over_parse_floor']}x; "
           f"peak RSS {result['peak_rss_mb']:,} MB (baseline {result['baseline_peak_rss_mb']:,} MB)"
           f"; {result['machine']}")
 
@@ -320,7 +344,8 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", help="an abstream YAML config for the pipeline side")
-    parser.add_argument("--phase", choices=("pipeline", "baseline"), help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("pipeline", "baseline", "parse-floor"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--landing", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -334,6 +359,9 @@ def main() -> int:
     if args.phase == "baseline":
         print(json.dumps(run_baseline(args.landing, args.work)))
         return 0
+    if args.phase == "parse-floor":
+        print(json.dumps(run_parse_floor(args.landing, args.work)))
+        return 0
 
     landing = dataset(args.events, args.seed)
     records = records_in(landing)
@@ -343,8 +371,10 @@ def main() -> int:
     pipeline_result = run_phase("pipeline", landing, work / "pipeline", args.config)
     log.info("naive baseline on the same beacons")
     baseline = run_phase("baseline", landing, work / "baseline", None)
+    log.info("parse floor on the same beacons")
+    floor = run_phase("parse-floor", landing, work / "parse-floor", None)
     shutil.rmtree(work, ignore_errors=True)
-    result = summarize(records, pipeline_result, baseline, args.config)
+    result = summarize(records, pipeline_result, baseline, floor, args.config)
     print_table(result)
     write_result(result, f"throughput-{records}")
     return 0

@@ -5,7 +5,7 @@ same beacons in the same run.
 Each variant runs as the throughput benchmark's pipeline side does (``run --once`` in a cold
 JVM), with its setting given as ABSTREAM__* environment variables.
 
-    python bench/tuning.py [--events 500000] [--variants shuffle-200,hdfs-state,...]
+    python bench/tuning.py [--events 500000] [--variants shuffle-200,object-agg-128,...]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/, after
 every variant (an interrupted run keeps the variants it measured).
@@ -31,29 +31,19 @@ from throughput import (
 )
 
 log = logging.getLogger("bench.tuning")
-HDFS_STORE = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 #: name -> ABSTREAM__* settings; "default" is abstream's configuration as shipped.
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "shuffle-200": {"ABSTREAM__SPARK__CONF":
                     "{spark.sql.shuffle.partitions: 200, "
                     "spark.databricks.delta.snapshotPartitions: 50}"},
-    "hdfs-state": {"ABSTREAM__SPARK__CONF":
-                   f"{{spark.sql.streaming.stateStore.providerClass: {HDFS_STORE}}}"},
-    "no-changelog": {"ABSTREAM__SPARK__CONF":
-                     "{spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled: "
-                     "false}"},
-    "no-local-merge": {"ABSTREAM__SPARK__CONF":
-                       "{spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition: "
-                       "false}"},
     "object-agg-128": {"ABSTREAM__SPARK__CONF":
                        "{spark.sql.objectHashAggregate.sortBased.fallbackThreshold: 128}"},
     "compressed-cache": {"ABSTREAM__SPARK__CONF":
                          "{spark.sql.inMemoryColumnarStorage.compressed: true}"},
     "ingest-5-files": {"ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "5"},
     "ingest-50-files": {"ABSTREAM__INGEST__MAX_FILES_PER_TRIGGER": "50"},
-    "downstream-200-files": {"ABSTREAM__SESSIONIZE__MAX_FILES_PER_TRIGGER": "200",
-                             "ABSTREAM__METRICS__MAX_FILES_PER_TRIGGER": "200"},
+    "downstream-200-files": {"ABSTREAM__SESSIONIZE__MAX_FILES_PER_TRIGGER": "200"},
 }
 
 

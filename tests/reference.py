@@ -103,27 +103,58 @@ def visits(events: list[dict], gap: timedelta = timedelta(minutes=35)) -> list[d
 
 
 def _visit(events: list[dict]) -> dict:
+    """A visit: its measures, its entries (experiment, variant) -> qualified, and the time
+    of its first exposure to each experiment it was exposed to."""
     kinds = [e["type"] for e in events]
     entries: dict[tuple[str, str], bool] = {}
+    exposure: dict[str, datetime] = {}
     for event in events:
         for entry in event.get("experiments") or []:
             key = (entry["id"], entry["variant"])
-            entries[key] = entries.get(key, False) or bool(entry.get("qualified", False))
+            qualified = bool(entry.get("qualified", False))
+            entries[key] = entries.get(key, False) or qualified
+            if qualified:
+                exposure[entry["id"]] = min(exposure.get(entry["id"], event["ts"]), event["ts"])
     return {
         "visitor": events[0]["visitor_id"],
         "start": events[0]["ts"],
         "end": events[-1]["ts"],
+        "events": events,
         "orders": kinds.count("order"),
-        "revenue_cents": sum(round(e["revenue"] * 100) for e in events if e["type"] == "order"),
+        "revenue_cents": sum(_cents(e) for e in events if e["type"] == "order"),
         "bounce": kinds.count("pageview") == 1 and "add_to_cart" not in kinds
         and "order" not in kinds,
         "error_visit": "error" in kinds,
         "entries": entries,
+        "exposure": exposure,
     }
 
 
-def totals(events: list[dict], visit_list: list[dict]) -> dict[tuple[str, str, str], dict]:
-    """Per (experiment, variant, population): event-level and visit-level totals."""
+def _cents(event: dict) -> int:
+    return round(event["revenue"] * 100) if event["type"] == "order" else 0
+
+
+def targets(visit: dict, event: dict) -> list[tuple[str, str, str]]:
+    """What an event of ``visit`` counts for: (experiment, variant, population)."""
+    result = []
+    for (experiment, variant), qualified in visit["entries"].items():
+        result.append((experiment, variant, "assigned"))
+        if qualified and event["ts"] >= visit["exposure"][experiment]:
+            result.append((experiment, variant, "qualified"))
+    return result
+
+
+def visit_targets(visit: dict) -> list[tuple[str, str, str]]:
+    """What a visit counts for: every entry assigned, the exposed ones qualified."""
+    return [(experiment, variant, population)
+            for (experiment, variant), qualified in visit["entries"].items()
+            for population in ["assigned"] + (["qualified"] if qualified else [])]
+
+
+def totals(event_visits: list[dict], closed: list[dict] | None = None
+           ) -> dict[tuple[str, str, str], dict]:
+    """Per (experiment, variant, population): event-level totals over the events of
+    ``event_visits`` and visit-level totals over ``closed`` (the same visits if None)."""
     result: dict[tuple[str, str, str], dict] = {}
 
     def row(key: tuple[str, str, str]) -> dict:
@@ -131,37 +162,38 @@ def totals(events: list[dict], visit_list: list[dict]) -> dict[tuple[str, str, s
                                        "revenue": 0, "units": 0, "visits": 0, "bounces": 0,
                                        "error_visits": 0})
 
-    for event in events:
-        for entry in event.get("experiments") or []:
-            populations = ["assigned"] + (["qualified"] if entry.get("qualified") else [])
-            for population in populations:
-                r = row((entry["id"], entry["variant"], population))
+    for visit in event_visits:
+        for event in visit["events"]:
+            for key in targets(visit, event):
+                r = row(key)
                 r["events"] += 1
                 r["pageviews"] += event["type"] == "pageview"
                 if event["type"] == "order":
                     r["orders"] += 1
-                    r["revenue"] += round(event["revenue"] * 100)
+                    r["revenue"] += _cents(event)
                     r["units"] += event["units"]
-    for visit in visit_list:
-        for (experiment, variant), qualified in visit["entries"].items():
-            for population in ["assigned"] + (["qualified"] if qualified else []):
-                r = row((experiment, variant, population))
-                r["visits"] += 1
-                r["bounces"] += visit["bounce"]
-                r["error_visits"] += visit["error_visit"]
+    for visit in event_visits if closed is None else closed:
+        for key in visit_targets(visit):
+            r = row(key)
+            r["visits"] += 1
+            r["bounces"] += visit["bounce"]
+            r["error_visits"] += visit["error_visit"]
     return result
 
 
 def per_visitor(visit_list: list[dict]) -> dict[tuple[str, str, str], dict[str, list[int]]]:
     """Per (experiment, variant, population), per visitor: [visits, orders, revenue in cents,
-    bounces, error visits] over the visits attributed to it."""
+    bounces, error visits] over the visits attributed to it; the qualified population
+    counts the orders from the visit's first exposure on."""
     result: dict[tuple[str, str, str], dict[str, list[int]]] = {}
     for visit in visit_list:
-        for (experiment, variant), qualified in visit["entries"].items():
-            for population in ["assigned"] + (["qualified"] if qualified else []):
-                values = result.setdefault((experiment, variant, population), {}) \
-                    .setdefault(visit["visitor"], [0, 0, 0, 0, 0])
-                for i, amount in enumerate((1, visit["orders"], visit["revenue_cents"],
-                                            visit["bounce"], visit["error_visit"])):
-                    values[i] += amount
+        for experiment, variant, population in visit_targets(visit):
+            orders = [e for e in visit["events"] if e["type"] == "order"
+                      and (population == "assigned"
+                           or e["ts"] >= visit["exposure"][experiment])]
+            values = result.setdefault((experiment, variant, population), {}) \
+                .setdefault(visit["visitor"], [0, 0, 0, 0, 0])
+            for i, amount in enumerate((1, len(orders), sum(_cents(e) for e in orders),
+                                        visit["bounce"], visit["error_visit"])):
+                values[i] += amount
     return result

@@ -1,4 +1,5 @@
-"""An order reaches gold within seconds of arriving, long before its visit closes."""
+"""An order reaches gold within seconds of arriving, long before its visit closes, for the
+assigned population and, after an exposure earlier in its visit, for the qualified one."""
 
 import threading
 import time
@@ -16,7 +17,7 @@ from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
 
 @pytest.mark.slow
 def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
-    for section in ("ingest", "sessionize", "metrics"):
+    for section in ("ingest", "sessionize"):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
     stop = threading.Event()
     runner = threading.Thread(target=run_continuously,
@@ -24,6 +25,7 @@ def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
     now = datetime.now(UTC)
     ts = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
     entries = [{"id": "exp", "variant": "treatment", "qualified": True}]
+    listed = [{"id": "exp", "variant": "treatment", "qualified": False}]
     runner.start()
     try:
         write_lines(Path(ctx.layout.landing), "warm.jsonl",
@@ -31,9 +33,10 @@ def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
         wait_until(lambda: _gold_orders(ctx) is not None, "gold rows", 180)
         landed = time.monotonic()
         write_lines(Path(ctx.layout.landing), "order.jsonl", [
-            dumps(beacon("o1", ts, session="s", experiments=entries, kind="order",
+            dumps(beacon("x1", ts, session="s", experiments=entries)),
+            dumps(beacon("o1", ts, session="s", experiments=listed, kind="order",
                          revenue=42.5, units=1))])
-        wait_until(lambda: _gold_orders(ctx) == 1, "the order in gold", 60)
+        wait_until(lambda: _gold_orders(ctx) == (1, 1), "the order in gold", 60)
         seconds = time.monotonic() - landed
     finally:
         stop.set()
@@ -45,6 +48,8 @@ def test_an_order_is_in_gold_seconds_after_it_lands(ctx):
 
 
 def _gold_orders(ctx):
+    """(assigned, qualified) orders in gold, None before any row."""
     gold = read_table(ctx.spark, METRICS_TABLE, ctx.layout)
-    row = gold.where("population = 'assigned'").agg(F.sum("orders").alias("n")).first()
-    return row["n"]
+    rows = {r["population"]: r["n"] for r in
+            gold.groupBy("population").agg(F.sum("orders").alias("n")).collect()}
+    return (rows["assigned"], rows.get("qualified")) if rows else None

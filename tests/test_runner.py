@@ -55,12 +55,12 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
 
 def test_components_are_chosen_by_name_in_pipeline_order():
     files = load_config(environ={})
-    assert [c.name for c in select(["metrics", "ingest"], files)] == ["ingest", "metrics"]
-    assert [c.name for c in select([], files)] == ["ingest", "sessionize", "metrics"]
+    assert [c.name for c in select(["sessionize", "ingest"], files)] == ["ingest",
+                                                                         "sessionize"]
+    assert [c.name for c in select([], files)] == ["ingest", "sessionize"]
     with pytest.raises(UsageError, match="unknown component 'ingset'"):
         select(["ingset"], files)
     kafka = load_config(environ={"ABSTREAM__SOURCE": "kafka"})
-    assert [c.name for c in select([], kafka)] == ["validate", "archive", "sessionize",
-                                                   "metrics"]
+    assert [c.name for c in select([], kafka)] == ["validate", "archive", "sessionize"]
     with pytest.raises(UsageError, match="'ingest' for source kafka; choose from validate"):
         select(["ingest"], kafka)

@@ -79,8 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                               help="run components until stopped (or once, with --once)")
     run.add_argument("components", nargs="*",
                      metavar="COMPONENT",
-                     help="any of ingest, sessionize, metrics (source: files) or validate, "
-                          "archive, sessionize, metrics (source: kafka); default all")
+                     help="any of ingest, sessionize (source: files) or validate, archive, "
+                          "sessionize (source: kafka); default all")
     run.add_argument("--once", action="store_true",
                      help="process all available input (AvailableNow) and exit")
     run.add_argument("--no-exporter", action="store_true",
@@ -296,7 +296,7 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     print(f"reconciliation: generated {result.generated.records:,} = bronze "
           f"{result.bronze_rows:,} + rejected {result.rejected_rows:,} + duplicates "
           f"{result.duplicate_rows:,}  [{mark}]")
-    print(f"speed layer: {result.visits:,} closed visits, {result.gold_rows:,} gold rows; "
+    print(f"speed layer: {result.visits:,} closed visits, {result.gold_rows:,} gold increments; "
           f"batch layer: {result.batch.visits:,} visits, {result.batch.metric_rows:,} gold rows "
           f"from {result.batch.events:,} events in {result.batch.seconds:.1f} s")
     print(f"{figures['elapsed_seconds']} s end to end "

@@ -78,23 +78,20 @@ class IngestSettings(_Section):
 
 
 class SessionizeSettings(_Section):
-    """bronze -> silver ``sessions`` (closed visits)."""
+    """bronze -> silver ``sessions`` (closed visits) + gold ``experiment_metrics``."""
 
-    trigger: Duration = timedelta(seconds=30)
+    trigger: Duration = timedelta(seconds=5)
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
     max_files_per_trigger: int = Field(default=20, gt=0)
 
 
 class MetricsSettings(_Section):
-    """bronze events + silver visits -> gold ``experiment_metrics``."""
+    """Gold ``experiment_metrics``: its event-time windows and visitor sketches."""
 
-    trigger: Duration = timedelta(seconds=5)
     window: Duration = timedelta(minutes=5)
     slide: Duration | None = None
-    lateness: Duration = timedelta(hours=12)
     hll_lg_k: int = Field(default=12, ge=4, le=21)
-    max_files_per_trigger: int = Field(default=20, gt=0)
 
     @model_validator(mode="after")
     def _slide_fits_window(self) -> MetricsSettings:

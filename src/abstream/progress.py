@@ -20,6 +20,19 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 log = logging.getLogger(__name__)
 
+#: What a component's sink reports of a micro-batch besides the rows it wrote: repeats it
+#: dropped, events behind its watermark it dropped, and the rows of state it carries on.
+DUPLICATES = "duplicates dropped"
+LATE = "late rows dropped"
+STATE_ROWS = "state rows"
+#: The event-time watermarks (epoch milliseconds) a component carries itself: its input
+#: watermark, and the output watermark the operators after it read (seed 003).
+WATERMARK = "watermark ms"
+OUTPUT_WATERMARK = "output watermark ms"
+_FACTS = (DUPLICATES, LATE, STATE_ROWS, WATERMARK, OUTPUT_WATERMARK)
+#: The key of a progress event under which the listener adds those facts for consumers.
+REPORTED = "abstream"
+
 
 @dataclass
 class ComponentStats:
@@ -68,12 +81,19 @@ class RunStats:
             sink_rows = int((progress.get("sink") or {}).get("numOutputRows") or -1)
             if not written and sink_rows > 0:
                 written = Counter(records=sink_rows)
+            facts = {key: written.pop(key) for key in _FACTS
+                     if key in written}
+            progress[REPORTED] = facts
             stats.batches += 1
             stats.input_rows += int(progress.get("numInputRows") or 0)
             stats.busy_seconds += (progress.get("batchDuration") or 0) / 1000
             stats.written.update(written)
             run_id = str(progress.get("runId"))
             self._last_batch[run_id] = max(self._last_batch.get(run_id, -1), batch_id)
+            stats.duplicates_dropped += facts.get(DUPLICATES, 0)
+            stats.late_rows_dropped += facts.get(LATE, 0)
+            if STATE_ROWS in facts:
+                stats.state_rows = facts[STATE_ROWS]
             if operators:
                 stats.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in operators)
                 stats.state_memory_bytes = sum(int(op.get("memoryUsedBytes") or 0)
@@ -126,12 +146,12 @@ class ProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = json.loads(event.progress.json)
+        _, written = self.stats.progressed(progress)
         for consume in self.consumers:
             try:
                 consume(progress)
             except Exception:
                 log.exception("a progress consumer failed on %s", progress.get("name"))
-        _, written = self.stats.progressed(progress)
         rows = int(progress.get("numInputRows") or 0)
         if rows == 0 and not written:
             return

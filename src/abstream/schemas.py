@@ -32,6 +32,29 @@ EXPERIMENT_ENTRY = StructType(
     ]
 )
 
+#: An experiment entry of a visit: ``qualified`` when one of the visit's events listed it
+#: with ``qualified = true``; then ``exposed_at`` is the visit's first exposure to the
+#: experiment and ``exposed_orders``/``exposed_revenue`` count the orders from then on.
+VISIT_ENTRY = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("variant", StringType()),
+        StructField("qualified", BooleanType()),
+        StructField("exposed_at", TimestampType()),
+        StructField("exposed_orders", LongType()),
+        StructField("exposed_revenue", MONEY_TOTAL),
+    ]
+)
+
+#: What an event or a visit counts for: an experiment, a variant and a population.
+METRIC_TARGET = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("variant", StringType()),
+        StructField("population", StringType()),
+    ]
+)
+
 #: The beacon as the JSON parser reads it; ``event_ts`` is parsed separately, strictly.
 BEACON = StructType(
     [
@@ -102,10 +125,33 @@ SESSIONS = StructType(
         StructField("errors", LongType(), False),
         StructField("is_bounce", BooleanType(), False),
         StructField("is_error_visit", BooleanType(), False),
-        StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
+        StructField("experiments", ArrayType(VISIT_ENTRY), False),
         StructField("layer", StringType(), False),
         StructField("computed_at", TimestampType(), False),
         StructField("visit_date", DateType(), False),
+    ]
+)
+
+#: What the sessionize component writes of each micro-batch, and reads back: the events it
+#: sessionized (the bronze columns sessions and metrics read), their visit's start and end,
+#: the metric targets each counts for now (``targets``) and counted for before the micro-batch
+#: (``counted``). The next micro-batch carries on the events of the visits left open. New
+#: events behind the watermark are kept as ``late`` rows, counted and not sessionized.
+SESSION_STATE = StructType(
+    [
+        StructField("session_id", StringType(), False),
+        StructField("visitor_id", StringType(), False),
+        StructField("event_ts", TimestampType(), False),
+        StructField("type", StringType(), False),
+        StructField("revenue", MONEY),
+        StructField("units", LongType()),
+        StructField("page_load_ms", LongType()),
+        StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
+        StructField("visit_start", TimestampType(), False),
+        StructField("visit_end", TimestampType(), False),
+        StructField("targets", ArrayType(METRIC_TARGET), False),
+        StructField("counted", ArrayType(METRIC_TARGET), False),
+        StructField("late", BooleanType(), False),
     ]
 )
 

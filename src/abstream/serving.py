@@ -1,6 +1,7 @@
 """The serving view: per gold window, the batch layer's final row where the batch layer
-has covered the window's range, otherwise the speed layer's provisional row. Silver visits
-are served by the same rule on the visit's start (``serving_visits``).
+has covered the window's range, otherwise the speed layer's provisional row: the sum of
+its increments (visitor sketches merged). Silver visits are served by the same rule on the
+visit's start (``serving_visits``).
 
 The view is plain Spark SQL over the Delta tables, so it is always current (no refresh
 job) and any engine with a metastore can hold it as a permanent view
@@ -13,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from abstream.io.tables import COVERAGE_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.layout import Layout
+from abstream.schemas import EXPERIMENT_METRICS, METRIC_KEY
 
 VIEW_NAME = "abstream_serving"
 
@@ -21,7 +23,8 @@ def _table(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-def _layered_query(table: str, time_column: str, layout: Layout) -> str:
+def _layered_query(table: str, time_column: str, layout: Layout,
+                   speed_columns: str = "g.*", speed_grouping: str = "") -> str:
     """Batch rows whose ``time_column`` the batch layer covers (final), speed rows
     elsewhere (provisional)."""
     rows, coverage = _table(table), _table(layout.batch_coverage)
@@ -31,15 +34,36 @@ def _layered_query(table: str, time_column: str, layout: Layout) -> str:
         f"  LEFT SEMI JOIN {coverage} c ON {covered}\n"
         f"  WHERE g.layer = 'batch'\n"
         f"UNION ALL\n"
-        f"SELECT g.*, false AS final FROM {rows} g\n"
+        f"SELECT {speed_columns}, false AS final FROM {rows} g\n"
         f"  LEFT ANTI JOIN {coverage} c ON {covered}\n"
-        f"  WHERE g.layer = 'speed'"
+        f"  WHERE g.layer = 'speed'{speed_grouping}"
     )
+
+
+def _summed_increments() -> str:
+    """Gold's columns for the sum of a key's speed increments."""
+    sketch = "hll_union_agg(g.visitors_sketch, true)"
+    columns = []
+    for field in EXPERIMENT_METRICS.fields:
+        name = field.name
+        if name in METRIC_KEY:
+            columns.append(f"g.{name}")
+        elif name == "visitors_sketch":
+            columns.append(f"{sketch} AS {name}")
+        elif name == "visitors":
+            columns.append(f"coalesce(hll_sketch_estimate({sketch}), 0) AS {name}")
+        elif name == "computed_at":
+            columns.append(f"max(g.{name}) AS {name}")
+        else:
+            columns.append(f"CAST(sum(g.{name}) AS {field.dataType.simpleString()}) AS {name}")
+    return ", ".join(columns)
 
 
 def serving_query(layout: Layout) -> str:
     """The view's SELECT: gold's columns plus ``final``."""
-    return _layered_query(layout.experiment_metrics, "window_start", layout)
+    grouping = "\n  GROUP BY " + ", ".join(f"g.{key}" for key in METRIC_KEY)
+    return _layered_query(layout.experiment_metrics, "window_start", layout,
+                          _summed_increments(), grouping)
 
 
 def create_view_statement(layout: Layout, name: str = VIEW_NAME) -> str:

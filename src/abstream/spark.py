@@ -29,20 +29,12 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.showConsoleProgress": "false",
-    # Streaming state: RocksDB off-heap with changelog checkpoints (only changed keys are
-    # written each micro-batch), sessions merged inside each partition before the shuffle.
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true",
     # Gold's aggregation holds HLL sketches, so Spark aggregates it with object buffers and,
     # past this many groups in a task (Spark's default: 128), sorts instead of hashing.
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "8192",
-    # Ingest caches each micro-batch for its two writes; compressing it costs more than the
-    # memory it saves for a cache that lives one micro-batch.
+    # Micro-batches cache what they write more than once; compressing a cache that lives
+    # one micro-batch costs more than the memory it saves.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
-    # Idempotent Delta writes reset the transaction version after each write.
-    "spark.databricks.delta.write.txnVersion.autoReset.enabled": "true",
 }
 
 #: Static settings that only take effect when abstream starts the JVM itself.

@@ -97,7 +97,7 @@ def test_since_last_takes_closed_ranges_then_only_what_changed(ctx):
 
 def test_serving_view_serves_batch_rows_where_covered_and_speed_rows_elsewhere(ctx):
     ingest(ctx, "serving", [("a", at(1)), ("b", at(2)), ("c", at(3)), ("d", at(9))])
-    run_once(ctx, [COMPONENTS["sessionize"], COMPONENTS["metrics"]])
+    run_once(ctx, [COMPONENTS["sessionize"]])
     assert {r.final for r in serving_view(ctx.spark, ctx.layout).collect()} == {False}
 
     run_batch(ctx, BatchRequest("range", at(0), at(2)))

@@ -38,12 +38,17 @@ SUMS = ("events", "pageviews", "add_to_carts", "orders", "revenue", "revenue_sq"
 
 def _expected(ctx):
     events = reference.valid_unique_events(landing_records(Path(ctx.layout.landing)))
-    return reference.totals(events, reference.visits(events, ctx.config.sessionize.gap))
+    return reference.totals(reference.visits(events, ctx.config.sessionize.gap))
 
 
 def _layer(ctx, layer):
+    """A layer's gold rows per key: the speed layer's increments added up, its visitor
+    sketches merged."""
     rows = read_table(ctx.spark, METRICS_TABLE, ctx.layout).where(F.col("layer") == layer) \
-        .collect()
+        .groupBy(*KEY).agg(
+            *(F.sum(m).alias(m) for m in SUMS),
+            (F.hll_sketch_estimate(F.hll_union_agg("visitors_sketch")) if layer == "speed"
+             else F.sum("visitors")).alias("visitors")).collect()
     return {tuple(r[k] for k in KEY): r for r in rows}
 
 
@@ -74,16 +79,15 @@ def test_stream_and_batch_agree_on_in_order_data_without_duplicates(ctx):
 
 
 def test_late_events_are_dropped_by_the_stream_counted_and_included_by_the_batch(ctx):
-    ctx = reconfigure(ctx, "metrics", lateness=timedelta(minutes=30))
+    ctx = reconfigure(ctx, "sessionize", lateness=timedelta(minutes=30))
     land(ctx, "on-time", [("a", at(10)), ("a", at(10, 5)), ("b", at(10)),
                           ("clock-1", at(12)), ("clock-2", at(13))])
     run_once(ctx, pipeline_components(ctx.config))
-    # Behind both watermarks now (sessionize 12:45, metrics 11:30).
+    # Behind the watermark now (13:00 - 30 minutes).
     land(ctx, "late", [("a", at(10, 10)), ("c", at(10, 20))])
     run_once(ctx, pipeline_components(ctx.config))
     stats = ctx.stats.as_dict()
     assert stats["sessionize"]["late_rows_dropped"] == 2
-    assert stats["metrics"]["late_rows_dropped"] == 2
 
     expected = _expected(ctx)
     provisional = totals(serving_view(ctx.spark, ctx.layout))
@@ -118,7 +122,7 @@ def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx):
 
 @pytest.mark.slow
 def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
-    for section in ("ingest", "sessionize", "metrics"):
+    for section in ("ingest", "sessionize"):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
     generate(GeneratorSettings(events=3_000, seed=31, file_events=1_000),
              Path(ctx.layout.landing))
@@ -131,7 +135,7 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
             failures.append(exc)
 
     def feed() -> None:
-        """A new landing file every half second: the stream keeps MERGEing into gold."""
+        """A new landing file every half second: the stream keeps appending to gold."""
         number = 0
         while not stop.wait(0.5):
             number += 1
@@ -143,9 +147,9 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
     try:
         wait_until(lambda: read_table(ctx.spark, METRICS_TABLE, ctx.layout).count() > 0,
                    "speed rows in gold", 180)
-        before = ctx.stats.component("metrics").batches
+        before = ctx.stats.component("sessionize").batches
         run = run_batch(ctx, BatchRequest("all"))
-        during = ctx.stats.component("metrics").batches - before
+        during = ctx.stats.component("sessionize").batches - before
     finally:
         stop.set()
         for thread in threads:

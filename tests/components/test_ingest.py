@@ -1,9 +1,10 @@
+from datetime import timedelta
 from pathlib import Path
 
 from abstream.components import COMPONENTS
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
 from abstream.runner import run_once
-from tests.helpers import beacon, dumps, forget_commits_after, write_lines
+from tests.helpers import beacon, dumps, forget_commits_after, reconfigure, write_lines
 
 TS = "2026-01-05T10:00:00.000Z"
 
@@ -59,3 +60,13 @@ def test_a_replayed_micro_batch_writes_nothing_twice(ctx):
     assert _count(ctx, EVENTS_TABLE) == 5
     assert _count(ctx, REJECTED_TABLE) == 1
     assert ctx.stats.component("ingest").written["events"] == 10, "the batch did run twice"
+
+
+def test_a_repeat_read_after_the_dedupe_window_passes_to_bronze(ctx):
+    ctx = reconfigure(ctx, "ingest", dedupe_window=timedelta(0))
+    write_lines(Path(ctx.layout.landing), "a.jsonl", [dumps(beacon("e1", TS))] * 2)
+    _ingest(ctx)
+    write_lines(Path(ctx.layout.landing), "b.jsonl", [dumps(beacon("e1", TS))])
+    _ingest(ctx)
+    assert _count(ctx, EVENTS_TABLE) == 2, "once per micro-batch: the first copy is too old"
+    assert ctx.stats.component("ingest").duplicates_dropped == 1

@@ -1,9 +1,6 @@
 """Appends from foreachBatch land once per micro-batch, whatever Spark replays."""
 
 import json
-from datetime import UTC, datetime
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 from delta.tables import DeltaTable
@@ -56,23 +53,3 @@ def test_other_writers_and_a_new_checkpoint_do_not_count(spark, rows, tmp_path, 
     assert sinks.last_batch_written(spark, path, "w9") is None
 
 
-def test_an_upsert_since_a_bound_reads_no_file_wholly_before_it(spark, tmp_path):
-    path = str(tmp_path / "gold")
-
-    def day(number: int, value: int, layer: str = "speed"):
-        return spark.sql(f"SELECT 'e' AS k, TIMESTAMP '2026-11-0{number}T00:00:00Z' AS start, "
-                         f"{value} AS v, '{layer}' AS layer")
-
-    for number in (1, 2, 3):  # a file per day
-        day(number, 0).write.format("delta").mode("append").partitionBy("layer").save(path)
-    table = DeltaTable.forPath(spark, path)
-    first_day = next(f for f in spark.read.format("delta").load(path)
-                     .where("start < '2026-11-02'").inputFiles())
-    Path(urlparse(first_day).path).unlink()  # a MERGE that reads this file fails
-
-    changes = day(3, 30).unionByName(day(4, 40))
-    sinks.upsert(changes, path, ["k", "start"], "w1", 0, partition={"layer": "speed"},
-                 since={"start": datetime(2026, 11, 3, tzinfo=UTC)})
-
-    rows = table.toDF().where("start >= '2026-11-02'").orderBy("start").collect()
-    assert [r["v"] for r in rows] == [0, 30, 40], "day 3 replaced, day 4 inserted"

@@ -47,12 +47,16 @@ def test_exporter_on_a_real_pipeline(spark, config, tmp_path):
         run_once(ctx, pipeline_components(ctx.config))
         layout = ctx.layout
         found = scrape(exporter)
-        for component, source in [("ingest", layout.landing), ("sessionize", layout.events),
-                                  ("metrics", layout.events), ("metrics", layout.sessions)]:
+        for component, source in [("ingest", layout.landing), ("sessionize", layout.events)]:
             key = {"component": component, "source": source}
             assert value(found, "abstream_component_lag_seconds", **key) == 0.0
             assert value(found, "abstream_component_status", status="caught_up", **key) == 1.0
         assert value(found, "abstream_query_input_rows_total", job="ingest") == summary.records
+        assert value(found, "abstream_query_rows_dropped_as_duplicates_total",
+                     job="ingest") == summary.duplicates
+        watermark = value(found, "abstream_query_watermark_timestamp_seconds", job="sessionize")
+        assert value(found, "abstream_query_output_watermark_timestamp_seconds",
+                     job="sessionize") <= watermark
         events = spark.read.format("delta").load(layout.events)
         bronze = events.count()
         assert value(found, "abstream_gold_freshness_seconds_count") == bronze
@@ -82,16 +86,16 @@ def test_exporter_on_a_real_pipeline(spark, config, tmp_path):
         assert 100 <= ingest_lag < 103
         assert value(found, "abstream_system_lag_seconds") >= ingest_lag
 
-        # Ingest it: now metrics is behind on bronze, and the system lag still counts from
+        # Ingest it: now sessionize is behind on bronze, and the system lag still counts from
         # when the beacon landed (bronze keeps arrived_at; Delta's stats carry its minimum).
         run_once(ctx, [COMPONENTS["ingest"]])
         found = scrape(exporter)
         assert value(found, "abstream_component_lag_seconds", component="ingest",
                      source=layout.landing) == 0.0
-        behind = value(found, "abstream_component_lag_seconds", component="metrics",
+        behind = value(found, "abstream_component_lag_seconds", component="sessionize",
                        source=layout.events)
         assert 0 < behind < 60
-        assert value(found, "abstream_component_status", component="metrics",
+        assert value(found, "abstream_component_status", component="sessionize",
                      source=layout.events, status="behind") == 1.0
         system = value(found, "abstream_system_lag_seconds")
         assert system >= 100 and abs(system - (time.time() - landed)) < 3
@@ -105,5 +109,5 @@ def test_push_to_a_real_pushgateway(config, tmp_path):
         text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
     found = samples(text)
     keys = [k for k in found if k[0] == "abstream_component_lag_seconds"]
-    assert len(keys) == 4
+    assert len(keys) == 2
     assert all(dict(k[1])["job"] == "abstream" for k in keys)

@@ -37,9 +37,19 @@ def _visit_lines(visits: list[dict]) -> list[str]:
         "visitor_id": v["visitor"], "visit_start": v["start"].isoformat(),
         "orders": v["orders"], "revenue": v["revenue_cents"] / 100, "is_bounce": v["bounce"],
         "is_error_visit": v["error_visit"], "final": True,
-        "experiments": [{"id": experiment, "variant": variant, "qualified": qualified}
+        "experiments": [_entry(v, experiment, variant, qualified)
                         for (experiment, variant), qualified in v["entries"].items()],
     }) for v in visits]
+
+
+def _entry(visit: dict, experiment: str, variant: str, qualified: bool) -> dict:
+    exposed_at = visit["exposure"][experiment] if qualified else None
+    orders = [e for e in visit["events"] if e["type"] == "order"
+              and exposed_at is not None and e["ts"] >= exposed_at]
+    return {"id": experiment, "variant": variant, "qualified": qualified,
+            "exposed_at": exposed_at and exposed_at.isoformat(),
+            "exposed_orders": len(orders),
+            "exposed_revenue": sum(round(e["revenue"] * 100) for e in orders) / 100}
 
 
 def test_a_planted_conversion_lift_is_recovered(spark, tmp_path):

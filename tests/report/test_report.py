@@ -76,7 +76,7 @@ def _comparison(experiment, metric: str, variant: str = "treatment"):
 def _reference(ctx: Context):
     events = reference.valid_unique_events(landing_records(Path(ctx.layout.landing)))
     visits = reference.visits(events, ctx.config.sessionize.gap)
-    return events, reference.totals(events, visits), reference.per_visitor(visits)
+    return events, reference.totals(visits), reference.per_visitor(visits)
 
 
 def _linearised_delta_p(control: np.ndarray, variant: np.ndarray, x: int, y: int) -> float:

@@ -1,31 +1,25 @@
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from abstream.schemas import EVENTS, EXPERIMENT_METRICS, SESSIONS
+from abstream.schemas import EVENTS, EXPERIMENT_METRICS
 from abstream.stages.metrics import Windowing, experiment_metrics, with_lineage
+from abstream.stages.sessions import assemble_visits, sessionize
 
 T0 = datetime(2026, 1, 5, 10, 0)
 FIVE = Windowing(timedelta(minutes=5))
 
 
 def _events(spark, rows):
-    """rows: (minute, visitor, type, entries[, revenue, units, page_load])."""
+    """rows: (minute, session, type, entries[, revenue, units, page_load]), sessionized."""
     data = []
-    for i, (minute, visitor, kind, entries, *rest) in enumerate(rows):
+    for i, (minute, session, kind, entries, *rest) in enumerate(rows):
         revenue, units, load = ([*rest, None, None, None])[:3]
         ts = T0 + timedelta(minutes=minute)
-        data.append((f"e{i}", ts, "s", visitor, kind, "/", entries,
+        data.append((f"e{i}", ts, session, f"v-{session}", kind, "/", entries,
                      Decimal(revenue) if revenue else None, units, load, "f", T0, T0,
                      ts.date()))
-    return spark.createDataFrame(data, EVENTS)
-
-
-def _visits(spark, rows):
-    """rows: (minute, bounce, error_visit, entries)."""
-    data = [(f"s{i}", T0 + timedelta(minutes=m), T0 + timedelta(minutes=m), 0, "v", 1, 1, 0, 0,
-             Decimal(0), 0, 0, bounce, error, entries, "speed", T0, T0.date())
-            for i, (m, bounce, error, entries) in enumerate(rows)]
-    return spark.createDataFrame(data, SESSIONS)
+    events = sessionize(spark.createDataFrame(data, EVENTS), timedelta(minutes=35))
+    return events, assemble_visits(events)
 
 
 def _rows(df):
@@ -33,17 +27,17 @@ def _rows(df):
             for r in df.collect()}
 
 
-def test_event_metrics_by_attribution_population_and_window(spark):
+def test_event_metrics_by_population_and_window(spark):
     a_ctl, a_ctl_q = ("a", "control", False), ("a", "control", True)
     a_trt_q, b_x = ("a", "treatment", True), ("b", "x", False)
-    events = _events(spark, [
-        (0, "v1", "pageview", [a_ctl, b_x], None, None, 800),
-        (1, "v1", "pageview", [a_ctl_q, b_x], None, None, 1200),
-        (2, "v1", "add_to_cart", [a_ctl_q]),
-        (3, "v1", "order", [a_ctl_q], "20.00", 2),
-        (4, "v2", "order", [a_ctl], "5.50", 1),
-        (4, "v2", "error", [a_ctl]),
-        (6, "v3", "order", [a_trt_q], "7.00", 3),
+    events, _ = _events(spark, [
+        (0, "s1", "pageview", [a_ctl, b_x], None, None, 800),
+        (1, "s1", "pageview", [a_ctl_q], None, None, 1200),
+        (2, "s1", "add_to_cart", []),
+        (3, "s1", "order", [a_ctl], "20.00", 2),
+        (4, "s2", "order", [a_ctl], "5.50", 1),
+        (4, "s2", "error", []),
+        (6, "s3", "order", [a_trt_q], "7.00", 3),
     ])
     rows = _rows(experiment_metrics(events, None, FIVE))
     assigned = rows[("a", "control", "assigned", 0)]
@@ -57,16 +51,16 @@ def test_event_metrics_by_attribution_population_and_window(spark):
     assert (qualified["events"], qualified["pageviews"], qualified["orders"],
             qualified["revenue"], qualified["visitors"]) == (3, 1, 1, Decimal("20.00"), 1)
     assert rows[("a", "treatment", "qualified", 5)]["orders"] == 1
-    assert rows[("b", "x", "assigned", 0)]["events"] == 2
+    assert rows[("b", "x", "assigned", 0)]["events"] == 4, "every event of the visit"
     assert ("b", "x", "qualified", 0) not in rows, "no row for a population without activity"
     assert all(r["visits"] == 0 for r in rows.values())
 
 
 def test_visit_metrics_count_each_visit_once_per_experiment_variant(spark):
-    visits = _visits(spark, [
-        (0, True, False, [("a", "control", True), ("b", "x", False)]),
-        (1, False, True, [("a", "control", False)]),
-        (7, True, True, [("a", "control", False)]),
+    _, visits = _events(spark, [
+        (0, "s1", "pageview", [("a", "control", True), ("b", "x", False)]),
+        (1, "s2", "error", [("a", "control", False)]),
+        (7, "s3", "error", [("a", "control", False)]),
     ])
     rows = _rows(experiment_metrics(None, visits, FIVE))
     first = rows[("a", "control", "assigned", 0)]
@@ -79,15 +73,13 @@ def test_visit_metrics_count_each_visit_once_per_experiment_variant(spark):
 
 
 def test_events_and_visits_meet_in_one_row(spark):
-    entries = [("a", "control", True)]
-    both = experiment_metrics(_events(spark, [(1, "v1", "pageview", entries)]),
-                              _visits(spark, [(1, True, False, entries)]), FIVE)
-    row = _rows(both)[("a", "control", "qualified", 0)]
+    events, visits = _events(spark, [(1, "s1", "pageview", [("a", "control", True)])])
+    row = _rows(experiment_metrics(events, visits, FIVE))[("a", "control", "qualified", 0)]
     assert (row["events"], row["visits"], row["bounces"], row["visitors"]) == (1, 1, 1, 1)
 
 
 def test_sliding_windows_overlap(spark):
-    events = _events(spark, [(6, "v1", "pageview", [("a", "control", False)])])
+    events, _ = _events(spark, [(6, "s1", "pageview", [("a", "control", False)])])
     sliding = experiment_metrics(events, None, Windowing(timedelta(minutes=10),
                                                          timedelta(minutes=5)))
     starts = sorted(r["window_start"] for r in sliding.collect()
@@ -96,7 +88,7 @@ def test_sliding_windows_overlap(spark):
 
 
 def test_gold_rows_have_the_table_schema(spark):
-    events = _events(spark, [(1, "v1", "pageview", [("a", "control", False)])])
+    events, _ = _events(spark, [(1, "s1", "pageview", [("a", "control", False)])])
     gold = with_lineage(experiment_metrics(events, None, FIVE), "speed")
     assert gold.columns == EXPERIMENT_METRICS.fieldNames()
     assert gold.first()["layer"] == "speed"

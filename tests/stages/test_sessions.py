@@ -4,7 +4,7 @@ from decimal import Decimal
 import pytest
 
 from abstream.schemas import EVENTS
-from abstream.stages.sessions import assemble_visits, with_lineage
+from abstream.stages.sessions import assemble_visits, sessionize, with_lineage
 
 T0 = datetime(2026, 1, 5, 10, 0)
 GAP = timedelta(minutes=35)
@@ -17,15 +17,22 @@ def _events(spark, rows):
         session, offset, kind, *rest = row
         revenue, units, experiments, visitor = ([*rest, None, None, None, None])[:4]
         data.append((f"e{i}", T0 + offset, session, visitor or "v1", kind, "/",
-                     experiments or [("exp", "control", False)],
+                     [("exp", "control", False)] if experiments is None else experiments,
                      Decimal(revenue) if revenue is not None else None, units, None,
                      "f", T0, T0, (T0 + offset).date()))
     return spark.createDataFrame(data, EVENTS)
 
 
 def _visits(spark, rows):
-    return sorted(assemble_visits(_events(spark, rows), GAP).collect(),
+    return sorted(assemble_visits(sessionize(_events(spark, rows), GAP)).collect(),
                   key=lambda r: (r["session_id"], r["visit_start"]))
+
+
+def _targets(spark, rows):
+    """event_id -> sorted (experiment, variant, population) it counts for."""
+    events = sessionize(_events(spark, rows), GAP)
+    return {r["event_id"]: sorted((t["id"], t["variant"], t["population"])
+                                  for t in r["targets"]) for r in events.collect()}
 
 
 @pytest.mark.parametrize(("gap", "visits"), [
@@ -83,13 +90,56 @@ def test_visit_totals_error_visits_and_merged_experiments(spark):
     assert visit["is_error_visit"] is True
     assert visit["is_bounce"] is False
     assert [e.asDict() for e in visit["experiments"]] == [
-        {"id": "a", "variant": "control", "qualified": True},
-        {"id": "b", "variant": "treatment", "qualified": False},
+        {"id": "a", "variant": "control", "qualified": True, "exposed_at": T0 +
+         timedelta(seconds=9), "exposed_orders": 2, "exposed_revenue": Decimal("15.00")},
+        {"id": "b", "variant": "treatment", "qualified": False, "exposed_at": None,
+         "exposed_orders": 0, "exposed_revenue": Decimal("0.00")},
     ]
 
 
+def test_every_event_of_a_visit_counts_for_what_the_visit_lists(spark):
+    seconds = timedelta(seconds=1)
+    targets = _targets(spark, [
+        ("s", 0 * seconds, "pageview", None, None, []),
+        ("s", 5 * seconds, "pageview", None, None, [("a", "control", False)]),
+        ("s", 9 * seconds, "error", None, None, []),
+        ("t", 0 * seconds, "pageview", None, None, []),
+    ])
+    assert targets["e0"] == targets["e1"] == targets["e2"] == [("a", "control", "assigned")]
+    assert targets["e3"] == []
+
+
+def test_the_qualified_population_counts_from_the_first_exposure_on(spark):
+    seconds = timedelta(seconds=1)
+    listed, exposed = [("a", "control", False)], [("a", "control", True)]
+    targets = _targets(spark, [
+        ("s", 0 * seconds, "pageview", None, None, listed),
+        ("s", 5 * seconds, "pageview", None, None, exposed),
+        ("s", 5 * seconds, "add_to_cart", None, None, listed),
+        ("s", 9 * seconds, "order", "3.00", 1, []),
+        ("s", 20 * seconds, "pageview", None, None, exposed),
+        ("s", GAP + 21 * seconds, "pageview", None, None, listed),
+    ])
+    both = [("a", "control", "assigned"), ("a", "control", "qualified")]
+    assert targets["e0"] == [("a", "control", "assigned")], "before the exposure"
+    assert targets["e1"] == targets["e2"] == both, "the exposure and its ties"
+    assert targets["e3"] == targets["e4"] == both, "after it, listed or not"
+    assert targets["e5"] == [("a", "control", "assigned")], "a new visit, not exposed"
+
+
+def test_exposure_to_an_experiment_in_another_variant_counts_for_both(spark):
+    visits = _visits(spark, [
+        ("s", timedelta(0), "pageview", None, None, [("a", "treatment", True)]),
+        ("s", timedelta(seconds=5), "order", "2.00", 1, [("a", "control", True)]),
+    ])
+    entries = {(e["id"], e["variant"]): e for e in visits[0]["experiments"]}
+    assert entries[("a", "control")]["exposed_at"] == T0, "the first exposure to a"
+    assert entries[("a", "treatment")]["exposed_orders"] == 1
+
+
 def test_lineage_columns_make_a_silver_row(spark):
-    visits = assemble_visits(_events(spark, [("s", timedelta(0), "pageview")]), GAP)
+    visits = assemble_visits(sessionize(_events(spark, [("s", timedelta(0), "pageview")]),
+                                        GAP))
     row = with_lineage(visits, "batch").first()
     assert row["layer"] == "batch"
     assert row["visit_date"] == T0.date()

@@ -5,8 +5,8 @@ from decimal import Decimal
 from pyspark.sql import functions as F
 
 from abstream.generator import GeneratorSettings, generate
+from abstream.stages.dedupe import drop_duplicate_events, recent_ids
 from abstream.stages.validate import (
-    drop_duplicate_events,
     parse_beacons,
     rejected_records,
     valid_events,
@@ -140,12 +140,21 @@ def test_agrees_with_the_reference_rules_on_generated_input(spark, tmp_path):
         assert (reasons[line] is None) == expected_valid, (line[:200], reasons[line])
 
 
-def test_duplicates_are_dropped_but_identical_bad_lines_are_all_kept(spark):
-    lines = [dumps(GOOD), dumps(GOOD), dumps(beacon("e2", TS)), "{bad", "{bad"]
-    deduped = drop_duplicate_events(_parse(spark, lines), timedelta(minutes=10))
-    rows = deduped.select("event_id", "reason").collect()
-    assert sorted(r["event_id"] for r in rows if r["reason"] is None) == ["e1", "e2"]
-    assert [r["reason"] for r in rows if r["reason"] is not None] == ["malformed_json"] * 2
+def test_duplicates_are_dropped_within_the_batch_and_against_ids_seen_before(spark):
+    lines = [dumps(GOOD), dumps(GOOD), dumps(beacon("e2", TS)), dumps(beacon("e3", TS))]
+    events = valid_events(_parse(spark, lines))
+    assert sorted(r["event_id"] for r in drop_duplicate_events(events).collect()) == \
+        ["e1", "e2", "e3"]
+    seen = spark.createDataFrame([("e2",), ("e2",), ("old",)], "event_id string")
+    assert sorted(r["event_id"] for r in drop_duplicate_events(events, seen).collect()) == \
+        ["e1", "e3"]
+
+
+def test_recent_ids_are_those_ingested_since_the_cutoff(spark):
+    cutoff = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    rows = [("old", cutoff - timedelta(microseconds=1)), ("new", cutoff)]
+    bronze = spark.createDataFrame(rows, "event_id string, ingested_at timestamp")
+    assert [r["event_id"] for r in recent_ids(bronze, cutoff).collect()] == ["new"]
 
 
 def test_raw_text_of_any_record_survives_parsing(spark):

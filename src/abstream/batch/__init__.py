@@ -79,8 +79,16 @@ class Bronze:
     @property
     def end(self) -> datetime:
         """Just after the newest event: the end of the data at hand."""
-        assert self.last is not None
+        if self.last is None:
+            raise ValueError("bronze is empty")
         return self.last + timedelta(microseconds=1)
+
+    @property
+    def span(self) -> TimeRange:
+        """From the first event to just after the newest one."""
+        if self.first is None:
+            raise ValueError("bronze is empty")
+        return TimeRange(self.first, self.end)
 
 
 def read_bronze(ctx: Context) -> Bronze:
@@ -212,7 +220,7 @@ class Tables:
 
 def _compute_chunk(ctx: Context, chunk: TimeRange, bronze: Bronze, tables: Tables,
                    run_id: str) -> Covered:
-    result = recompute(bronze.frame, chunk, bronze.end, ctx.config)
+    result = recompute(bronze.frame, chunk, bronze.span, ctx.config)
     try:
         visits = result.visits.count()
         with sinks.rows_known_to_match(ctx.spark):

@@ -1,13 +1,9 @@
 """Recompute one event-time range from bronze, with the speed layer's own stage functions.
 
-Visits starting in the range are assembled exactly at its edges:
-
-* before: a chain of events with gaps of at most ``gap`` that crosses the range start has
-  an event within ``gap`` before it, so reading from ``start - gap`` finds every visit that
-  really starts in the range, and none that started earlier;
-* after: a visit may last long after the range ends. Bronze is read ``lookahead`` past the
-  range (12 hours by default, the speed layer's state horizon); if a visit still runs at
-  the edge of what was read, the rest of bronze is read too, so no visit is ever cut.
+An event counts for what its whole visit lists, so every visit with events in the range's
+windows is assembled whole: bronze is read ``lookahead`` before and after the range (12
+hours by default); if such a visit reaches the edge of what was read (an event within
+``gap`` of it), the rest of bronze on that side is read too, so no visit is ever cut.
 
 Gold windows starting in the range are computed from events and visits up to the end of
 the last such window (longer than the range when windows slide).
@@ -61,7 +57,7 @@ def between(column: str, start: datetime, end: datetime) -> Column:
 
 
 #: The bronze columns sessions and metrics read (pruned before de-duplication).
-_COLUMNS = tuple(dict.fromkeys(("event_id", *sessions.SESSION_INPUT, *metrics.EVENT_INPUT)))
+_COLUMNS = ("event_id", *sessions.SESSION_INPUT)
 
 
 def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
@@ -75,35 +71,45 @@ def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
         .persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
+def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
               config: Config) -> Recomputed:
     """The batch layer's visits (starting in ``span``) and gold rows (windows starting in
-    ``span``) from ``bronze``, whose events all lie before ``data_end``."""
+    ``span``) from ``bronze``, whose events all lie in ``data``."""
     gap = config.sessionize.gap
     windowing = metrics.Windowing.of(config.metrics)
     needed_end = span.end + windowing.length - windowing.step
-    read_end = min(needed_end + config.batch.lookahead, data_end)
+    read = TimeRange(max(span.start - config.batch.lookahead, data.start),
+                     min(needed_end + config.batch.lookahead, data.end))
     while True:
-        read = _read(bronze, span.start - gap, read_end)
-        visits = sessions.assemble_visits(read, gap) \
-            .where(between("visit_start", span.start, needed_end)) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        last_end = visits.agg(F.unix_micros(F.max("visit_end"))).first()[0]
-        last_end = span.start if last_end is None else from_micros(last_end)
-        if read_end >= data_end or last_end + gap < read_end:
+        events = _read(bronze, read.start, read.end)
+        attributed = sessions.sessionize(events, gap)
+        visits = sessions.assemble_visits(attributed).persist(StorageLevel.MEMORY_AND_DISK)
+        # The visits with events in the windows: they must be whole.
+        overlapping = (F.col("visit_start") < micros(needed_end)) \
+            & (F.col("visit_end") >= micros(span.start))
+        edges = visits.where(overlapping).agg(
+            F.unix_micros(F.min("visit_start")).alias("first"),
+            F.unix_micros(F.max("visit_end")).alias("last")).first()
+        first = span.start if edges["first"] is None else from_micros(edges["first"])
+        last = span.start if edges["last"] is None else from_micros(edges["last"])
+        cut_before = read.start > data.start and first < read.start + gap
+        cut_after = read.end < data.end and last + gap >= read.end
+        if not (cut_before or cut_after):
             break
-        log.info("a visit runs on past %s: reading the rest of bronze", read_end)
+        log.info("a visit runs on past %s: reading the rest of bronze",
+                 read.start if cut_before else read.end)
         visits.unpersist()
-        read.unpersist()
-        read_end = data_end
+        events.unpersist()
+        read = TimeRange(data.start if cut_before else read.start,
+                         data.end if cut_after else read.end)
 
     counts = Observation("batch")
-    # needed_end <= read_end or past the data: the events are all in what was read.
-    events = read.where(between("event_ts", span.start, needed_end)).observe(
+    in_windows = attributed.where(between("event_ts", span.start, needed_end)).observe(
         counts, F.count_if(F.col("event_ts") < micros(span.end)).alias("events"))
     gold = metrics.with_lineage(
-        metrics.experiment_metrics(events, visits, windowing, config.metrics.hll_lg_k,
-                                   exact_visitors=True)
+        metrics.experiment_metrics(in_windows,
+                                   visits.where(between("visit_start", span.start, needed_end)),
+                                   windowing, config.metrics.hll_lg_k, exact_visitors=True)
         .where(between("window_start", span.start, span.end)),
         BATCH,
     )
@@ -112,7 +118,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data_end: datetime,
                                      BATCH),
         gold=gold,
         counts=counts,
-        depends_from=span.start - gap,
-        depends_until=max(needed_end, last_end + gap),
-        cached=(visits, read),
+        depends_from=min(first, span.start) - gap,
+        depends_until=max(needed_end, last + gap),
+        cached=(visits, events),
     )

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from abstream.components import archive, ingest, metrics, sessionize, validate
+from abstream.components import archive, ingest, sessionize, validate
 from abstream.components.base import Component, Context
 from abstream.config import Config
 from abstream.errors import UsageError
 
 COMPONENTS: dict[str, Component] = {
     c.name: c for c in (ingest.COMPONENT, validate.COMPONENT, archive.COMPONENT,
-                        sessionize.COMPONENT, metrics.COMPONENT)
+                        sessionize.COMPONENT)
 }
 
 #: The components each ``source`` runs: files arrive in the landing folder, Kafka records
 #: pass the validation stage and are archived.
 PIPELINES: dict[str, tuple[str, ...]] = {
-    "files": ("ingest", "sessionize", "metrics"),
-    "kafka": ("validate", "archive", "sessionize", "metrics"),
+    "files": ("ingest", "sessionize"),
+    "kafka": ("validate", "archive", "sessionize"),
 }
 
 __all__ = ["COMPONENTS", "Component", "Context", "pipeline_components", "select"]

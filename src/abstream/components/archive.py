@@ -10,7 +10,7 @@ from abstream.components.base import Component, Context, stream_writer
 from abstream.components.ingest import bronze_write
 from abstream.io.sources import kafka_stream
 from abstream.kafka.topics import ensure_topics
-from abstream.stages import kafka_records, validate
+from abstream.stages import kafka_records
 
 
 def build(ctx: Context) -> DataStreamWriter:
@@ -20,8 +20,7 @@ def build(ctx: Context) -> DataStreamWriter:
     records = kafka_stream(ctx.spark, kafka.bootstrap_servers, topics,
                            ctx.config.archive.max_offsets_per_trigger)
     parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
-    deduped = validate.drop_duplicate_events(parsed, ctx.config.ingest.dedupe_window)
-    return stream_writer(ctx, "archive", deduped, bronze_write(ctx))
+    return stream_writer(ctx, "archive", parsed, bronze_write(ctx))
 
 
 COMPONENT = Component(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -12,28 +12,42 @@ from abstream.components.base import BatchWrite, Component, Context, stream_writ
 from abstream.io import sinks
 from abstream.io.sources import landing_lines
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, ensure_table
-from abstream.stages import validate
+from abstream.progress import DUPLICATES
+from abstream.stages import dedupe, validate
+from abstream.times import from_micros
 
 
 def bronze_write(ctx: Context) -> BatchWrite:
-    """Writes checked records: valid events to bronze, refused ones to quarantine."""
-    append_events = sinks.AppendOnce(ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout),
-                                     EVENTS_TABLE.partition_by)
+    """Writes checked records: valid events to bronze, each event_id once within
+    ``ingest.dedupe_window`` of ingestion, refused ones to quarantine."""
+    events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    append_events = sinks.AppendOnce(events_path, EVENTS_TABLE.partition_by)
     append_rejected = sinks.AppendOnce(ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout),
                                        REJECTED_TABLE.partition_by)
+    window = ctx.config.ingest.dedupe_window
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         batch.persist()
         try:
-            counts = batch.agg(F.count_if(F.col("reason").isNull()).alias("events"),
-                               F.count_if(F.col("reason").isNotNull()).alias("rejected")).first()
-            if counts["events"]:
-                append_events(validate.valid_events(batch), writer_id, batch_id)
+            counts = batch.agg(F.count_if(F.col("reason").isNull()).alias("valid"),
+                               F.count_if(F.col("reason").isNotNull()).alias("rejected"),
+                               F.unix_micros(F.min("ingested_at")).alias("ingested")).first()
+            events = duplicates = 0
+            if counts["valid"]:
+                bronze = batch.sparkSession.read.format("delta").load(events_path)
+                seen = dedupe.recent_ids(bronze, from_micros(counts["ingested"]) - window)
+                written = Observation()
+                unique = dedupe.drop_duplicate_events(validate.valid_events(batch), seen) \
+                    .observe(written, F.count(F.lit(1)).alias("rows"))
+                events = counts["valid"]
+                if append_events(unique, writer_id, batch_id):
+                    events = int(written.get["rows"])
+                    duplicates = counts["valid"] - events
             if counts["rejected"]:
                 append_rejected(validate.rejected_records(batch), writer_id, batch_id)
         finally:
             batch.unpersist()
-        return {"events": counts["events"], "rejected": counts["rejected"]}
+        return {"events": events, "rejected": counts["rejected"], DUPLICATES: duplicates}
 
     return write
 
@@ -42,8 +56,7 @@ def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.ingest
     lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
     parsed = validate.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
-    deduped = validate.drop_duplicate_events(parsed, settings.dedupe_window)
-    return stream_writer(ctx, "ingest", deduped, bronze_write(ctx))
+    return stream_writer(ctx, "ingest", parsed, bronze_write(ctx))
 
 
 COMPONENT = Component(

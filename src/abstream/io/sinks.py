@@ -11,14 +11,11 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 #: How many of a table's latest commits are searched first for a writer's last batch.
 HISTORY_LOOKBACK = 100
@@ -117,33 +114,6 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-def upsert(batch: DataFrame, path: str, keys: Sequence[str], writer_id: str,
-           batch_id: int, *, partition: Mapping[str, str] | None = None,
-           since: Mapping[str, datetime] | None = None) -> None:
-    """MERGE ``batch`` into the table on ``keys``: replace matched rows, insert the others.
-
-    ``partition`` names the one partition all of ``batch`` belongs to: the MERGE then reads
-    only that partition, and writers of other partitions never conflict with it. ``since``
-    gives, per timestamp key, a lower bound of the batch's values (an aware datetime): the
-    MERGE then skips the files whose rows all lie before it, by their statistics, instead
-    of joining the batch with the whole partition.
-    """
-    spark = batch.sparkSession
-    condition = " AND ".join(
-        [f"t.`{key}` = {_sql_string(value)}" for key, value in (partition or {}).items()]
-        + [f"t.`{key}` >= TIMESTAMP '{bound.astimezone(UTC).isoformat()}'"
-           for key, bound in (since or {}).items()]
-        + [f"t.`{key}` = s.`{key}`" for key in keys])
-    with _session_conf(spark, {TXN_APP_ID: writer_id, TXN_VERSION: str(batch_id)}):
-        (
-            DeltaTable.forPath(spark, path).alias("t")
-            .merge(batch.alias("s"), condition)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
 
 
 def replace_where(rows: DataFrame, path: str, condition: str,

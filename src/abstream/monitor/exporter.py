@@ -64,16 +64,16 @@ class LagCollector(Collector):
 
     def system_lag(self, rows: list[LagRow]) -> float:
         """max(the lag of the components before bronze — ingest on landing, or validate and
-        archive on their topics —, now - earliest arrival in bronze files metrics has not
+        archive on their topics —, now - earliest arrival in bronze files sessionize has not
         read): both sides measure from when a beacon arrived (for archive: from when it
         reached the valid topic, milliseconds after it arrived)."""
         now_ms = self.clock() * 1000
         ingest = [r.lag_seconds for r in rows
                   if (r.component == "ingest" and r.source == self.layout.landing)
                   or (r.component in ENTRY_COMPONENTS and r.source_kind == "kafka")]
-        metrics = MonitoredSource("metrics", self.layout.checkpoint("metrics"),
-                                  self.layout.events)
-        pending = self.monitor.pending_files(metrics) if self.monitor.table(
+        gold_writer = MonitoredSource("sessionize", self.layout.checkpoint("sessionize"),
+                                      self.layout.events)
+        pending = self.monitor.pending_files(gold_writer) if self.monitor.table(
             self.layout.events).exists else []
         arrivals = [f.stats_min_ms if f.stats_min_ms is not None else f.timestamp_ms
                     for f in pending]

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from abstream.progress import DUPLICATES, LATE, OUTPUT_WATERMARK, REPORTED, STATE_ROWS, WATERMARK
 from abstream.stages.metrics import FRESHNESS, FRESHNESS_BUCKETS
 from abstream.times import epoch_from_iso
 
@@ -76,8 +77,16 @@ class QueryMetrics:
         self.dropped = Counter("abstream_query_rows_dropped_by_watermark",
                                "Rows dropped as later than the watermark", job,
                                registry=registry)
+        self.duplicates = Counter("abstream_query_rows_dropped_as_duplicates",
+                                  "Events dropped as repeats of an event_id", job,
+                                  registry=registry)
         self.watermark = Gauge("abstream_query_watermark_timestamp_seconds",
                                "The query's event-time watermark", job, registry=registry)
+        self.output_watermark = Gauge(
+            "abstream_query_output_watermark_timestamp_seconds",
+            "The event-time watermark of the operators after the query's own: the input "
+            "watermark held back to the earliest event it still holds", job,
+            registry=registry)
         self.last_progress = Gauge("abstream_query_last_progress_timestamp_seconds",
                                    "When the last micro-batch finished", job,
                                    registry=registry)
@@ -93,13 +102,19 @@ class QueryMetrics:
         self.rate.labels(job).set(float(progress.get("processedRowsPerSecond") or 0.0))
         self.duration.labels(job).set((progress.get("batchDuration") or 0) / 1000)
         operators = progress.get("stateOperators") or []
-        self.state_rows.labels(job).set(sum(int(op.get("numRowsTotal") or 0)
-                                            for op in operators))
-        self.dropped.labels(job).inc(sum(int(op.get("numRowsDroppedByWatermark") or 0)
-                                         for op in operators))
+        reported = progress.get(REPORTED) or {}
+        self.state_rows.labels(job).set(reported.get(STATE_ROWS, sum(
+            int(op.get("numRowsTotal") or 0) for op in operators)))
+        self.dropped.labels(job).inc(reported.get(LATE, 0) + sum(
+            int(op.get("numRowsDroppedByWatermark") or 0) for op in operators))
+        self.duplicates.labels(job).inc(reported.get(DUPLICATES, 0))
         watermark = (progress.get("eventTime") or {}).get("watermark")
         if watermark:
             self.watermark.labels(job).set(epoch_from_iso(watermark))
+        if WATERMARK in reported:
+            self.watermark.labels(job).set(reported[WATERMARK] / 1000)
+        if OUTPUT_WATERMARK in reported:
+            self.output_watermark.labels(job).set(reported[OUTPUT_WATERMARK] / 1000)
         self.last_progress.labels(job).set(epoch_from_iso(progress["timestamp"]))
         for source in progress.get("sources") or []:
             self._delta_versions(job, source)

@@ -125,9 +125,15 @@ def _visitor_values(visits: DataFrame, grid: TimeGrid) -> DataFrame:
     )
     populations = F.array(F.lit("assigned"),
                           F.when(F.col("entry.qualified"), F.lit("qualified")))
+    qualified = F.col("population") == "qualified"
     return (
         entries.select("*", F.explode(populations).alias("population"))
         .where(F.col("population").isNotNull())
+        # The qualified population counts the orders from the visit's first exposure on.
+        .withColumn("orders", F.when(qualified, F.col("entry.exposed_orders"))
+                    .otherwise(F.col("orders")))
+        .withColumn("revenue", F.when(qualified, F.col("entry.exposed_revenue").cast("double"))
+                    .otherwise(F.col("revenue")))
         .groupBy(F.col("entry.id").alias("experiment_id"), "population",
                  F.col("entry.variant").alias("variant"), "visitor_id", "point")
         .agg(*(F.sum(v).alias(v) for v in VALUES), F.min("final").alias("final"))

@@ -1,10 +1,8 @@
 """Events and visits -> per experiment x variant x population x event-time window metrics.
 
-Attribution (DESIGN.md): an event counts for every (experiment, variant) its own
-``experiments`` list names; a visit for every pair any of its events names. The
-``qualified`` population counts an event whose entry is qualified, and a visit with any
-qualified entry. Event-level numbers come straight from events, so they are fresh; visit
-numbers come from closed visits, windowed by the visit's start.
+What each event and visit counts for (its ``targets``) is decided by its visit
+(``stages.sessions``). Event-level numbers are windowed by the event's time, visit numbers
+by the visit's start.
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ from pyspark.sql import functions as F
 
 from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
-from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL, POPULATIONS
+from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL
+from abstream.stages.sessions import visit_targets
 
 #: Name of the observed metrics of gold freshness, and its histogram buckets (seconds).
 FRESHNESS = "freshness"
@@ -50,9 +49,8 @@ class Windowing:
         return F.window(ts, spark_interval(self.length), spark_interval(self.slide))
 
 
-#: The event columns the metrics read.
-EVENT_INPUT = ("event_ts", "visitor_id", "experiments", "type", "revenue", "units",
-               "page_load_ms")
+#: The event columns the metrics read, besides ``targets``.
+EVENT_INPUT = ("event_ts", "visitor_id", "type", "revenue", "units", "page_load_ms")
 
 
 def _event_facts(events: DataFrame) -> DataFrame:
@@ -62,7 +60,7 @@ def _event_facts(events: DataFrame) -> DataFrame:
     return events.select(
         F.col("event_ts").alias("ts"),
         "visitor_id",
-        "experiments",
+        "targets",
         F.lit(1).cast("long").alias("events"),
         is_type["pageview"].alias("pageviews"),
         is_type["add_to_cart"].alias("add_to_carts"),
@@ -84,7 +82,7 @@ def _visit_facts(visits: DataFrame) -> DataFrame:
     return visits.select(
         F.col("visit_start").alias("ts"),
         F.lit(None).cast("string").alias("visitor_id"),
-        "experiments",
+        visit_targets(F.col("experiments")).alias("targets"),
         *(zero.alias(name) for name in ("events", "pageviews", "add_to_carts", "orders")),
         F.lit(0).cast(MONEY_TOTAL).alias("revenue"),
         F.lit(0).cast(MONEY_SQUARED).alias("revenue_sq"),
@@ -96,23 +94,6 @@ def _visit_facts(visits: DataFrame) -> DataFrame:
     )
 
 
-def _measures(qualified_only: bool, lg_k: int, exact_visitors: bool) -> list[Column]:
-    keep = F.col("entry.qualified") if qualified_only else F.lit(True)
-    suffix = "_q" if qualified_only else "_a"
-    visitor = F.when(keep, F.col("visitor_id"))
-    columns = [F.hll_sketch_agg(visitor, lg_k).alias(f"visitors_sketch{suffix}")]
-    if exact_visitors:
-        # A set per group, not count_distinct: several distinct aggregates in one groupBy
-        # make Spark expand every row once per aggregate.
-        columns.append(F.size(F.collect_set(visitor)).cast("long").alias(f"visitors{suffix}"))
-    for name in _LONG_MEASURES:
-        columns.append(F.sum(F.when(keep, F.col(name)).otherwise(0)).alias(name + suffix))
-    for name, kind in _MONEY_MEASURES.items():
-        columns.append(F.sum(F.when(keep, F.col(name)).otherwise(F.lit(0).cast(kind)))
-                       .cast(kind).alias(name + suffix))
-    return columns
-
-
 def experiment_metrics(
     events: DataFrame | None,
     visits: DataFrame | None,
@@ -120,11 +101,12 @@ def experiment_metrics(
     hll_lg_k: int = 12,
     exact_visitors: bool = False,
 ) -> DataFrame:
-    """Aggregate events and/or visits into gold rows (without ``layer``/``computed_at``).
+    """Gold rows (without ``layer``/``computed_at``) from events, each counted for its
+    ``targets``, and/or visits, each counted for the targets of its entries.
 
     ``visitors`` is the HLL sketch's estimate, or with ``exact_visitors`` (batch only: a
-    distinct count cannot be updated incrementally) the exact distinct count; the sketch is
-    kept either way, so windows can be merged into longer ranges.
+    distinct count cannot be added up from increments) the exact distinct count; the sketch
+    is kept either way, so windows and increments can be merged.
     """
     facts = []
     if events is not None:
@@ -134,28 +116,23 @@ def experiment_metrics(
     if not facts:
         raise ValueError("experiment_metrics needs events, visits or both")
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
-    aggregated = (
-        union.select("*", F.explode("experiments").alias("entry"))
+    visitor = F.col("visitor_id")
+    measures = [F.hll_sketch_agg(visitor, hll_lg_k).alias("visitors_sketch")]
+    if exact_visitors:
+        measures.append(F.count_distinct(visitor).alias("visitors"))
+    measures += [F.sum(name).cast("long").alias(name) for name in _LONG_MEASURES]
+    measures += [F.sum(name).cast(kind).alias(name) for name, kind in _MONEY_MEASURES.items()]
+    rows = (
+        union.select("*", F.explode("targets").alias("target"))
         .groupBy(windowing.window(F.col("ts")).alias("window"),
-                 F.col("entry.id").alias("experiment_id"),
-                 F.col("entry.variant").alias("variant"))
-        .agg(*_measures(False, hll_lg_k, exact_visitors),
-             *_measures(True, hll_lg_k, exact_visitors))
+                 F.col("target.id").alias("experiment_id"),
+                 F.col("target.variant").alias("variant"),
+                 F.col("target.population").alias("population"))
+        .agg(*measures)
     )
-    names = ["visitors_sketch", *(["visitors"] if exact_visitors else []), *_LONG_MEASURES,
-             *_MONEY_MEASURES]
-    populations = F.array(*(
-        F.struct(F.lit(population).alias("population"),
-                 *(F.col(f"{name}_{population[0]}").alias(name) for name in names))
-        for population in POPULATIONS
-    ))
-    rows = aggregated.select(
-        "experiment_id", "variant",
+    return rows.select(
+        "experiment_id", "variant", "population",
         F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-        F.explode(populations).alias("p"),
-    ).select("experiment_id", "variant", "window_start", "window_end", "p.*")
-    return rows.where((F.col("events") > 0) | (F.col("visits") > 0)).select(
-        "experiment_id", "variant", "population", "window_start", "window_end",
         "visitors_sketch",
         F.col("visitors") if exact_visitors else
         F.coalesce(F.hll_sketch_estimate("visitors_sketch"), F.lit(0)).alias("visitors"),

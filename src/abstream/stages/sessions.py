@@ -1,62 +1,114 @@
-"""Events -> visits (DESIGN.md): a session_id's events, split where two consecutive events
-are more than ``gap`` apart.
+"""Events -> visits, and what each event and visit counts for (DESIGN.md's contract).
 
-Spark's ``session_window`` merges an event into a session when it falls at or before the
-session's end (last event + gap), so a gap of exactly ``gap`` stays one visit and anything
-longer starts a new one: the contract, in native operators, for stream and batch alike.
+A visit is a session_id's events split where two consecutive events (by event time) are
+more than ``gap`` apart: exactly ``gap`` stays one visit. Spark's window functions find
+the splits (the time since the session's previous event), one sort per micro-batch or
+range, for the stream and the batch layer alike.
+
+What a visit lists (its experiment entries) decides what all of its events count for:
+
+- ``assigned``: every event of a visit that lists experiment E with variant V counts for
+  E/V;
+- ``qualified``: a visit is in E/V's qualified population when one of its events lists
+  E/V with ``qualified = true`` (an exposure); its events count from its first exposure
+  to E on (by event time, ties included).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from abstream.durations import spark_interval
-from abstream.schemas import MONEY_TOTAL, SESSIONS
+from abstream.schemas import MONEY_TOTAL, POPULATIONS, SESSIONS
 
-#: The few bronze columns sessionization needs: state stays narrow.
+ASSIGNED, QUALIFIED = POPULATIONS
+
+#: The bronze columns sessions and metrics read: what the speed layer carries in state.
 SESSION_INPUT = ("session_id", "visitor_id", "event_ts", "type", "revenue", "units",
-                 "experiments")
-
+                 "page_load_ms", "experiments")
 
 def _count(kind: str) -> Column:
     return F.count_if(F.col("type") == kind)
 
 
-def merged_experiments(entry_sets: Column) -> Column:
-    """One entry per (experiment, variant) of the visit; qualified if any event said so."""
-    flat = F.array_distinct(F.flatten(entry_sets))
+def with_visit_start(events: DataFrame, gap: timedelta) -> DataFrame:
+    """``events`` with ``visit_start``, the time of the first event of their visit."""
+    by_time = Window.partitionBy("session_id").orderBy("event_ts")
+    micros = F.unix_micros("event_ts")
+    gap_micros = gap // timedelta(microseconds=1)
+    starts = F.when(F.coalesce(micros - F.lag(micros).over(by_time) > gap_micros, F.lit(True)),
+                    F.col("event_ts"))
+    # Over the default frame (up to the current row and its ties) the latest start so far
+    # is the start of the current visit.
+    return events.withColumn("visit_start", F.max(starts).over(by_time))
+
+
+def _visit_entries(entries: Column, orders: Column) -> Column:
+    """The visit's distinct (experiment, variant) entries, sorted, with exposure and the
+    orders from the first exposure on, from all its events' entries (each with the event's
+    ``ts``) and its orders (``ts``, ``revenue``)."""
+    flat = entries
     pairs = F.array_distinct(F.transform(
         flat, lambda e: F.struct(e["id"].alias("id"), e["variant"].alias("variant"))))
-    merged = F.transform(pairs, lambda p: F.struct(
+
+    def exposure(experiment: Column) -> Column:
+        return F.array_min(F.transform(
+            F.filter(flat, lambda e: (e["id"] == experiment) & e["qualified"]),
+            lambda e: e["ts"]))
+
+    listed = F.transform(pairs, lambda p: F.struct(
         p["id"].alias("id"),
         p["variant"].alias("variant"),
         F.exists(flat, lambda e: (e["id"] == p["id"]) & (e["variant"] == p["variant"])
                  & e["qualified"]).alias("qualified"),
     ))
-    return F.array_sort(merged)
+    exposed = F.transform(listed, lambda e: F.struct(
+        e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
+        F.when(e["qualified"], exposure(e["id"])).alias("exposed_at")))
+
+    def after(entry: Column) -> Column:
+        return F.filter(orders, lambda o: o["ts"] >= entry["exposed_at"])
+
+    counted = F.transform(exposed, lambda e: F.struct(
+        e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
+        e["exposed_at"].alias("exposed_at"),
+        F.size(after(e)).cast("long").alias("exposed_orders"),
+        F.aggregate(after(e), F.lit(0).cast(MONEY_TOTAL),
+                    lambda total, o: (total + o["revenue"]).cast(MONEY_TOTAL))
+        .alias("exposed_revenue"),
+    ))
+    return F.array_sort(counted)
 
 
-def assemble_visits(events: DataFrame, gap: timedelta) -> DataFrame:
-    """Group events into visits; a streaming caller sets the watermark on ``event_ts``."""
-    visits = (
-        events.select(*SESSION_INPUT)
-        .groupBy("session_id", F.session_window("event_ts", spark_interval(gap)))
-        .agg(
-            F.min("event_ts").alias("visit_start"),
-            F.max("event_ts").alias("visit_end"),
-            F.max("visitor_id").alias("visitor_id"),
-            F.count(F.lit(1)).alias("events"),
-            _count("pageview").alias("pageviews"),
-            _count("add_to_cart").alias("add_to_carts"),
-            _count("order").alias("orders"),
-            F.sum("revenue").alias("revenue"),
-            F.sum("units").alias("units"),
-            _count("error").alias("errors"),
-            F.collect_set("experiments").alias("entry_sets"),
-        )
+def _timed_entries(event: Column) -> Column:
+    """An event's experiment entries, each with the event's time."""
+    return F.transform(event["experiments"], lambda e: F.struct(
+        e["id"].alias("id"), e["variant"].alias("variant"),
+        e["qualified"].alias("qualified"), event["event_ts"].alias("ts")))
+
+
+def _orders(event: Column) -> Column:
+    return F.struct(event["event_ts"].alias("ts"), event["revenue"].alias("revenue"))
+
+
+def assemble_visits(events: DataFrame) -> DataFrame:
+    """One row per visit of events that have their ``visit_start``: silver's columns
+    without the lineage."""
+    visits = events.groupBy("session_id", "visit_start").agg(
+        F.max("event_ts").alias("visit_end"),
+        F.max("visitor_id").alias("visitor_id"),
+        F.count(F.lit(1)).alias("events"),
+        _count("pageview").alias("pageviews"),
+        _count("add_to_cart").alias("add_to_carts"),
+        _count("order").alias("orders"),
+        F.sum("revenue").alias("revenue"),
+        F.sum("units").alias("units"),
+        _count("error").alias("errors"),
+        F.collect_list(_timed_entries(F.struct("event_ts", "experiments"))).alias("entry_sets"),
+        F.collect_list(F.when(F.col("type") == "order",
+                              _orders(F.struct("event_ts", "revenue")))).alias("order_list"),
     )
     return visits.select(
         "session_id",
@@ -75,7 +127,53 @@ def assemble_visits(events: DataFrame, gap: timedelta) -> DataFrame:
         ((F.col("pageviews") == 1) & (F.col("add_to_carts") == 0) & (F.col("orders") == 0))
         .alias("is_bounce"),
         (F.col("errors") > 0).alias("is_error_visit"),
-        merged_experiments(F.col("entry_sets")).alias("experiments"),
+        _visit_entries(F.flatten("entry_sets"), F.col("order_list")).alias("experiments"),
+    )
+
+
+def _target(entry: Column, population: str) -> Column:
+    return F.struct(entry["id"].alias("id"), entry["variant"].alias("variant"),
+                    F.lit(population).alias("population"))
+
+
+def visit_targets(entries: Column) -> Column:
+    """What a visit counts for: each entry's assigned population, and the qualified one of
+    the entries it was exposed to."""
+    return F.concat(F.transform(entries, lambda e: _target(e, ASSIGNED)),
+                    F.transform(F.filter(entries, lambda e: e["qualified"]),
+                                lambda e: _target(e, QUALIFIED)))
+
+
+def event_targets(entries: Column, ts: Column) -> Column:
+    """What an event of a visit with ``entries`` counts for: each entry's assigned
+    population, and the qualified one where the event is at or after the exposure."""
+    return F.concat(F.transform(entries, lambda e: _target(e, ASSIGNED)),
+                    F.transform(F.filter(entries, lambda e: e["exposed_at"] <= ts),
+                                lambda e: _target(e, QUALIFIED)))
+
+
+def sessionize(events: DataFrame, gap: timedelta) -> DataFrame:
+    """``events`` with their visit's ``visit_start`` and ``visit_end``, and ``targets``:
+    what each counts for.
+
+    One sort (the window functions of ``with_visit_start``), then one aggregation per visit
+    that gathers its events, works out its entries and hands them back to every event: no
+    join, so the events are read and sorted once.
+    """
+    started = with_visit_start(events, gap)
+    carried = [c for c in started.columns if c not in ("session_id", "visit_start")]
+    visits = started.groupBy("session_id", "visit_start").agg(
+        F.max("event_ts").alias("visit_end"),
+        F.collect_list(F.struct(*carried)).alias("visit_events"))
+    listed = F.flatten(F.transform("visit_events", _timed_entries))
+    orders = F.transform(F.filter("visit_events", lambda e: e["type"] == "order"), _orders)
+    return visits.select(
+        "session_id", "visit_start", "visit_end",
+        _visit_entries(listed, orders).alias("visit_entries"),
+        F.explode("visit_events").alias("event"),
+    ).select(
+        "session_id", "event.*", "visit_start", "visit_end",
+        event_targets(F.col("visit_entries"), F.col("event.event_ts")).alias("targets"),
     )
 
 

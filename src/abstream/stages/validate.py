@@ -158,21 +158,3 @@ def rejected_records(parsed: DataFrame) -> DataFrame:
         "raw", "reason", "source_file", "arrived_at", "ingested_at",
         F.to_date("ingested_at").alias("ingest_date"),
     ).select(*REJECTED.fieldNames())
-
-
-def drop_duplicate_events(parsed: DataFrame, window: timedelta) -> DataFrame:
-    """Drop repeated event_ids that arrive within ``window`` of each other (arrival time).
-
-    The watermark runs on ``ingested_at``, so no event is ever too late to be kept: a
-    duplicate arriving later than the window passes through and the batch layer removes it.
-    Refused lines are never duplicates of each other: each gets a key of its own.
-    """
-    key = F.when(F.col("reason").isNull(), F.col("event_id")).otherwise(
-        F.concat(F.lit("\u0000rejected:"), F.expr("uuid()")))
-    keyed = parsed.withColumn("_dedupe_key", key)
-    if parsed.isStreaming:
-        keyed = keyed.withWatermark("ingested_at", spark_interval(window)) \
-            .dropDuplicatesWithinWatermark(["_dedupe_key"])
-    else:
-        keyed = keyed.dropDuplicates(["_dedupe_key"])
-    return keyed.drop("_dedupe_key")

@@ -1,0 +1,105 @@
+"""State a streaming component carries from one micro-batch to the next by itself.
+
+Each micro-batch writes a snapshot: a Parquet folder ``batch=N``, then, once the data is
+complete, a small JSON file in it with what else the next micro-batch needs (the latest
+event time seen so far, what the watermark derives from). Micro-batch N reads the newest
+complete snapshot of an earlier batch, so a replayed micro-batch reads what it read the
+first time and writes the same snapshot again: the state is exactly-once like the tables.
+The two newest snapshots are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^batch=(\d+)$")
+_DONE = "_abstream_state.json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state after micro-batch ``batch``; ``seen_until`` is the latest event time
+    (epoch microseconds) the component has seen, None before any event."""
+
+    batch: int
+    seen_until: int | None
+    path: str
+
+
+class StateSnapshots:
+    """The snapshots of one component's state under ``location`` (any Hadoop file system)."""
+
+    def __init__(self, spark: SparkSession, location: str, schema: StructType) -> None:
+        self.spark, self.location, self.schema = spark, location.rstrip("/"), schema
+        jvm = spark._jvm
+        self._jvm = jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        self._fs = self._path(self.location).getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def _batches(self) -> list[tuple[int, str]]:
+        root = self._path(self.location)
+        if not self._fs.exists(root):
+            return []
+        found = []
+        for status in self._fs.listStatus(root):
+            match = _NAME.match(status.getPath().getName())
+            if match:
+                found.append((int(match.group(1)), posixpath.join(self.location,
+                                                                  match.group(0))))
+        return sorted(found)
+
+    def _complete(self, batch: int, path: str) -> Snapshot | None:
+        done = self._path(posixpath.join(path, _DONE))
+        if not self._fs.exists(done):
+            return None
+        stream = self._fs.open(done)
+        try:
+            text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        return Snapshot(batch, json.loads(text).get("seen_until"), path)
+
+    def before(self, batch_id: int) -> Snapshot | None:
+        """The newest complete snapshot written by a micro-batch before ``batch_id``."""
+        for batch, path in reversed(self._batches()):
+            if batch < batch_id and (snapshot := self._complete(batch, path)) is not None:
+                return snapshot
+        return None
+
+    def read(self, snapshot: Snapshot | None) -> DataFrame:
+        """The rows of ``snapshot`` (none for None)."""
+        if snapshot is None:
+            return self.spark.createDataFrame([], self.schema)
+        return self.read_rows(snapshot.path)
+
+    def read_rows(self, path: str) -> DataFrame:
+        """The rows written at ``path``, complete or not."""
+        return self.spark.read.schema(self.schema).parquet(path)
+
+    def write_rows(self, batch_id: int, rows: DataFrame) -> str:
+        """Write the rows of the state after ``batch_id`` (again, when the batch is
+        replayed); the snapshot is complete once ``complete`` has run."""
+        path = posixpath.join(self.location, f"batch={batch_id}")
+        rows.write.mode("overwrite").parquet(path)
+        return path
+
+    def complete(self, batch_id: int, path: str, seen_until: int | None) -> Snapshot:
+        """Mark the snapshot complete and drop the snapshots before the previous one."""
+        out = self._fs.create(self._path(posixpath.join(path, _DONE)), True)
+        try:
+            out.write(bytearray(json.dumps({"seen_until": seen_until}).encode()))
+        finally:
+            out.close()
+        for batch, old in self._batches():
+            if batch < batch_id - 1:
+                self._fs.delete(self._path(old), True)
+        return Snapshot(batch_id, seen_until, path)
