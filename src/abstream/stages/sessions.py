@@ -45,41 +45,47 @@ def with_visit_start(events: DataFrame, gap: timedelta) -> DataFrame:
     return events.withColumn("visit_start", F.max(starts).over(by_time))
 
 
-def _visit_entries(entries: Column, orders: Column) -> Column:
-    """The visit's distinct (experiment, variant) entries, sorted, with exposure and the
-    orders from the first exposure on, from all its events' entries (each with the event's
-    ``ts``) and its orders (``ts``, ``revenue``)."""
-    flat = entries
-    pairs = F.array_distinct(F.transform(
-        flat, lambda e: F.struct(e["id"].alias("id"), e["variant"].alias("variant"))))
+def _with_entries(visits: DataFrame, name: str) -> DataFrame:
+    """``visits`` with ``name``: the visit's distinct (experiment, variant) entries, sorted,
+    with the first exposure to the experiment and the orders from then on. Reads
+    ``entry_sets`` (per event, its entries with the event's time ``ts``) and ``order_list``
+    (``ts``, ``revenue`` of each order), and drops them.
+
+    One projection per step: Spark does not inline a higher-order function's result into
+    the next projection, so each array is built once per visit, not once per use.
+    """
+    flat = F.col("_flat")
+    with_flat = visits.withColumn("_flat", F.flatten("entry_sets")).drop("entry_sets")
+    pairs = with_flat.withColumn("_pairs", F.array_distinct(F.transform(
+        flat, lambda e: F.struct(e["id"].alias("id"), e["variant"].alias("variant")))))
 
     def exposure(experiment: Column) -> Column:
         return F.array_min(F.transform(
             F.filter(flat, lambda e: (e["id"] == experiment) & e["qualified"]),
             lambda e: e["ts"]))
 
-    listed = F.transform(pairs, lambda p: F.struct(
+    listed = pairs.withColumn("_listed", F.transform("_pairs", lambda p: F.struct(
         p["id"].alias("id"),
         p["variant"].alias("variant"),
         F.exists(flat, lambda e: (e["id"] == p["id"]) & (e["variant"] == p["variant"])
                  & e["qualified"]).alias("qualified"),
-    ))
-    exposed = F.transform(listed, lambda e: F.struct(
+    ))).drop("_pairs")
+    exposed = listed.withColumn("_exposed", F.transform("_listed", lambda e: F.struct(
         e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
-        F.when(e["qualified"], exposure(e["id"])).alias("exposed_at")))
+        F.when(e["qualified"], exposure(e["id"])).alias("exposed_at")))) \
+        .drop("_listed", "_flat")
 
     def after(entry: Column) -> Column:
-        return F.filter(orders, lambda o: o["ts"] >= entry["exposed_at"])
+        return F.filter("order_list", lambda o: o["ts"] >= entry["exposed_at"])
 
-    counted = F.transform(exposed, lambda e: F.struct(
+    return exposed.withColumn(name, F.array_sort(F.transform("_exposed", lambda e: F.struct(
         e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
         e["exposed_at"].alias("exposed_at"),
         F.size(after(e)).cast("long").alias("exposed_orders"),
         F.aggregate(after(e), F.lit(0).cast(MONEY_TOTAL),
                     lambda total, o: (total + o["revenue"]).cast(MONEY_TOTAL))
         .alias("exposed_revenue"),
-    ))
-    return F.array_sort(counted)
+    )))).drop("_exposed", "order_list")
 
 
 def _timed_entries(event: Column) -> Column:
@@ -89,8 +95,14 @@ def _timed_entries(event: Column) -> Column:
         e["qualified"].alias("qualified"), event["event_ts"].alias("ts")))
 
 
-def _orders(event: Column) -> Column:
-    return F.struct(event["event_ts"].alias("ts"), event["revenue"].alias("revenue"))
+def _entry_aggregates() -> list[Column]:
+    """What ``_with_entries`` reads, gathered per visit from its events."""
+    return [
+        F.collect_list(_timed_entries(F.struct("event_ts", "experiments"))).alias("entry_sets"),
+        F.collect_list(F.when(F.col("type") == "order", F.struct(
+            F.col("event_ts").alias("ts"), F.col("revenue").alias("revenue"))))
+        .alias("order_list"),
+    ]
 
 
 def assemble_visits(events: DataFrame) -> DataFrame:
@@ -106,11 +118,9 @@ def assemble_visits(events: DataFrame) -> DataFrame:
         F.sum("revenue").alias("revenue"),
         F.sum("units").alias("units"),
         _count("error").alias("errors"),
-        F.collect_list(_timed_entries(F.struct("event_ts", "experiments"))).alias("entry_sets"),
-        F.collect_list(F.when(F.col("type") == "order",
-                              _orders(F.struct("event_ts", "revenue")))).alias("order_list"),
+        *_entry_aggregates(),
     )
-    return visits.select(
+    return _with_entries(visits, "experiments").select(
         "session_id",
         "visit_start",
         "visit_end",
@@ -127,7 +137,7 @@ def assemble_visits(events: DataFrame) -> DataFrame:
         ((F.col("pageviews") == 1) & (F.col("add_to_carts") == 0) & (F.col("orders") == 0))
         .alias("is_bounce"),
         (F.col("errors") > 0).alias("is_error_visit"),
-        _visit_entries(F.flatten("entry_sets"), F.col("order_list")).alias("experiments"),
+        "experiments",
     )
 
 
@@ -164,12 +174,10 @@ def sessionize(events: DataFrame, gap: timedelta) -> DataFrame:
     carried = [c for c in started.columns if c not in ("session_id", "visit_start")]
     visits = started.groupBy("session_id", "visit_start").agg(
         F.max("event_ts").alias("visit_end"),
-        F.collect_list(F.struct(*carried)).alias("visit_events"))
-    listed = F.flatten(F.transform("visit_events", _timed_entries))
-    orders = F.transform(F.filter("visit_events", lambda e: e["type"] == "order"), _orders)
-    return visits.select(
-        "session_id", "visit_start", "visit_end",
-        _visit_entries(listed, orders).alias("visit_entries"),
+        F.collect_list(F.struct(*carried)).alias("visit_events"),
+        *_entry_aggregates())
+    return _with_entries(visits, "visit_entries").select(
+        "session_id", "visit_start", "visit_end", "visit_entries",
         F.explode("visit_events").alias("event"),
     ).select(
         "session_id", "event.*", "visit_start", "visit_end",
