@@ -14,8 +14,8 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
-	@echo "make bench  speed-layer throughput against a naive Spark chain (ARGS='--events N')"
-	@echo "make bench-ceiling    the stages alone, without per-batch work: the most this machine allows"
+	@echo "make bench  speed-layer throughput against a naive Spark chain and a parse floor (ARGS='--events N')"
+	@echo "make bench-ceiling    each piece of the work as a plain batch job: the floor to approach"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"

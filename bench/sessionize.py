@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.streaming.stateful_processor import (
@@ -138,10 +138,6 @@ class PythonSessionizer(StatefulProcessor):
         return
 
 
-def _count(kind: str) -> Column:
-    return F.count_if(F.col("type") == kind)
-
-
 def _in_store(operator: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame, Path],
                                                                       DataStreamWriter]:
     """A variant whose state lives in Spark's state store: watermark, operator, no-op."""
@@ -159,15 +155,7 @@ def native(events: DataFrame) -> DataFrame:
     return events.select(*sessions.SESSION_INPUT) \
         .groupBy("session_id", F.session_window("event_ts", spark_interval(GAP))).agg(
             F.min("event_ts").alias("visit_start"),
-            F.max("event_ts").alias("visit_end"),
-            F.max("visitor_id").alias("visitor_id"),
-            F.count(F.lit(1)).alias("events"),
-            _count("pageview").alias("pageviews"),
-            _count("add_to_cart").alias("add_to_carts"),
-            _count("order").alias("orders"),
-            F.sum("revenue").alias("revenue"),
-            F.sum("units").alias("units"),
-            _count("error").alias("errors"),
+            *sessions.visit_counters(),
             F.collect_list("experiments").alias("entry_sets"),
         )
 

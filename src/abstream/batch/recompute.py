@@ -61,14 +61,13 @@ _COLUMNS = ("event_id", *sessions.SESSION_INPUT)
 
 
 def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
-    """Bronze events in [start, end), each event_id once (cached): the stream drops repeats
-    only within ``ingest.dedupe_window`` of each other; copies of one event share its time,
-    so they fall in the same range."""
+    """Bronze events in [start, end), each event_id once: the stream drops repeats only
+    within ``ingest.dedupe_window`` of each other; copies of one event share its time, so
+    they fall in the same range."""
     # event_date is the partition column: naming it lets Delta skip whole partitions.
     return bronze.where(
         (F.col("event_date") >= F.lit(start.date())) & (F.col("event_date") <= F.lit(end.date()))
-        & between("event_ts", start, end)).select(*_COLUMNS).dropDuplicates(["event_id"]) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        & between("event_ts", start, end)).select(*_COLUMNS).dropDuplicates(["event_id"])
 
 
 def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
@@ -81,8 +80,9 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     read = TimeRange(max(span.start - config.batch.lookahead, data.start),
                      min(needed_end + config.batch.lookahead, data.end))
     while True:
-        events = _read(bronze, read.start, read.end)
-        attributed = sessions.sessionize(events, gap)
+        # Sessionized once (cached) for the visits and the gold rows.
+        attributed = sessions.sessionize(_read(bronze, read.start, read.end), gap) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
         visits = sessions.assemble_visits(attributed).persist(StorageLevel.MEMORY_AND_DISK)
         # The visits with events in the windows: they must be whole.
         overlapping = (F.col("visit_start") < micros(needed_end)) \
@@ -99,7 +99,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         log.info("a visit runs on past %s: reading the rest of bronze",
                  read.start if cut_before else read.end)
         visits.unpersist()
-        events.unpersist()
+        attributed.unpersist()
         read = TimeRange(data.start if cut_before else read.start,
                          data.end if cut_after else read.end)
 
@@ -120,5 +120,5 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         counts=counts,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),
-        cached=(visits, events),
+        cached=(visits, attributed),
     )

@@ -54,26 +54,31 @@ def _with_entries(visits: DataFrame, name: str) -> DataFrame:
     One projection per step: Spark does not inline a higher-order function's result into
     the next projection, so each array is built once per visit, not once per use.
     """
-    flat = F.col("_flat")
+    flat, exposures = F.col("_flat"), F.col("_exposures")
     with_flat = visits.withColumn("_flat", F.flatten("entry_sets")).drop("entry_sets")
-    pairs = with_flat.withColumn("_pairs", F.array_distinct(F.transform(
-        flat, lambda e: F.struct(e["id"].alias("id"), e["variant"].alias("variant")))))
+    # The exposures are few (usually one an experiment), so the per-entry look-ups below
+    # scan them, not every entry of every event.
+    pairs = with_flat.select(
+        "*",
+        F.array_distinct(F.transform(flat, lambda e: F.struct(
+            e["id"].alias("id"), e["variant"].alias("variant")))).alias("_pairs"),
+        F.filter(flat, lambda e: e["qualified"]).alias("_exposures"),
+    ).drop("_flat")
 
     def exposure(experiment: Column) -> Column:
         return F.array_min(F.transform(
-            F.filter(flat, lambda e: (e["id"] == experiment) & e["qualified"]),
-            lambda e: e["ts"]))
+            F.filter(exposures, lambda e: e["id"] == experiment), lambda e: e["ts"]))
 
     listed = pairs.withColumn("_listed", F.transform("_pairs", lambda p: F.struct(
         p["id"].alias("id"),
         p["variant"].alias("variant"),
-        F.exists(flat, lambda e: (e["id"] == p["id"]) & (e["variant"] == p["variant"])
-                 & e["qualified"]).alias("qualified"),
+        F.exists(exposures, lambda e: (e["id"] == p["id"]) & (e["variant"] == p["variant"]))
+        .alias("qualified"),
     ))).drop("_pairs")
     exposed = listed.withColumn("_exposed", F.transform("_listed", lambda e: F.struct(
         e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
         F.when(e["qualified"], exposure(e["id"])).alias("exposed_at")))) \
-        .drop("_listed", "_flat")
+        .drop("_listed", "_exposures")
 
     def after(entry: Column) -> Column:
         return F.filter("order_list", lambda o: o["ts"] >= entry["exposed_at"])
@@ -105,10 +110,9 @@ def _entry_aggregates() -> list[Column]:
     ]
 
 
-def assemble_visits(events: DataFrame) -> DataFrame:
-    """One row per visit of events that have their ``visit_start``: silver's columns
-    without the lineage."""
-    visits = events.groupBy("session_id", "visit_start").agg(
+def visit_counters() -> list[Column]:
+    """A visit's end, visitor and counts, as aggregates over its events."""
+    return [
         F.max("event_ts").alias("visit_end"),
         F.max("visitor_id").alias("visitor_id"),
         F.count(F.lit(1)).alias("events"),
@@ -118,8 +122,14 @@ def assemble_visits(events: DataFrame) -> DataFrame:
         F.sum("revenue").alias("revenue"),
         F.sum("units").alias("units"),
         _count("error").alias("errors"),
-        *_entry_aggregates(),
-    )
+    ]
+
+
+def assemble_visits(events: DataFrame) -> DataFrame:
+    """One row per visit of events that have their ``visit_start``: silver's columns
+    without the lineage."""
+    visits = events.groupBy("session_id", "visit_start").agg(
+        *visit_counters(), *_entry_aggregates())
     return _with_entries(visits, "experiments").select(
         "session_id",
         "visit_start",
