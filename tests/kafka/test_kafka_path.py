@@ -1,4 +1,4 @@
-"""The Kafka path on a real broker: validate -> archive -> sessionize -> metrics."""
+"""The Kafka path on a real broker: validate -> archive -> sessionize."""
 
 from __future__ import annotations
 

@@ -39,7 +39,11 @@ def _a_a_visits(spark):
         (F.rand(9) < 0.1).alias("is_error_visit"),
         F.lit(True).alias("final"),
         F.array(F.struct(F.col("experiment").alias("id"), F.col("variant").alias("variant"),
-                         F.lit(False).alias("qualified"))).alias("experiments"),
+                         F.lit(False).alias("qualified"),
+                         F.lit(None).cast("timestamp").alias("exposed_at"),
+                         F.lit(0).cast("long").alias("exposed_orders"),
+                         F.lit(0).cast("decimal(28,2)").alias("exposed_revenue")))
+        .alias("experiments"),
     )
 
 
