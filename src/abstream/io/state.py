@@ -11,15 +11,12 @@ The two newest snapshots are kept.
 from __future__ import annotations
 
 import json
-import logging
 import posixpath
 import re
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
-
-log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^batch=(\d+)$")
 _DONE = "_abstream_state.json"

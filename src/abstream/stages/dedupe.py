@@ -27,5 +27,6 @@ def drop_duplicate_events(events: DataFrame, seen: DataFrame | None = None) -> D
     unique = events.dropDuplicates(["event_id"])
     if seen is None:
         return unique
-    repeated = events.select("event_id").distinct().join(seen.distinct(), "event_id")
+    # An anti-join needs no distinct right side: the bronze ids are joined as read.
+    repeated = events.select("event_id").distinct().join(seen, "event_id")
     return unique.join(F.broadcast(repeated), "event_id", "left_anti")
