@@ -115,20 +115,22 @@ def _session_window(i: Inputs) -> DataFrame:
     )
 
 
-def _sessionized(i: Inputs) -> DataFrame:
-    return sessions.sessionize(i.events().select(*sessions.SESSION_INPUT),
-                               i.config.sessionize.gap)
+def _started(i: Inputs) -> DataFrame:
+    return sessions.with_visit_start(i.events().select(*sessions.SESSION_INPUT),
+                                     i.config.sessionize.gap)
 
 
 def _visits(i: Inputs) -> DataFrame:
-    return sessions.assemble_visits(_sessionized(i))
+    return sessions.assemble_visits(_started(i))
 
 
 def _gold(i: Inputs) -> DataFrame:
-    attributed = _sessionized(i)
-    return metrics.experiment_metrics(attributed, sessions.assemble_visits(attributed),
-                                      metrics.Windowing.of(i.config.metrics),
-                                      i.config.metrics.hll_lg_k)
+    started = _started(i)
+    visits = sessions.assemble_visits(started)
+    return metrics.experiment_metrics(
+        sessions.event_targets(started, sessions.visit_entries(visits)),
+        sessions.visit_targets(visits), metrics.Windowing.of(i.config.metrics),
+        i.config.metrics.hll_lg_k)
 
 
 def _group_by_session(i: Inputs) -> DataFrame:
@@ -145,7 +147,7 @@ PIECES = (
     Piece("dedupe", "+ dropDuplicates(event_id) of the valid", "landing", _unique),
     Piece("write-bronze", "+ write Delta (bronze)", "landing", _unique, sink="bronze"),
     Piece("session-window", "bronze -> session_window visits", "bronze", _session_window),
-    Piece("sessionize", "bronze -> sessions.sessionize visits", "bronze", _visits),
+    Piece("sessionize", "bronze -> sessions.assemble_visits", "bronze", _visits),
     Piece("gold", "bronze -> sessionize + experiment_metrics", "bronze", _gold),
     Piece("group-session", "bronze -> groupBy(session_id)", "bronze", _group_by_session),
 )

@@ -11,8 +11,8 @@ visits:
 - native: ``session_window`` in Spark's streaming state store (RocksDB, changelog
   checkpoints, sessions merged in each partition first), into a no-op sink;
 - wide: the same, carrying whole events in state;
-- batch: abstream's ``sessions.sessionize`` (window functions, and what each event counts
-  for) inside ``foreachBatch`` over each micro-batch's events, visits into a no-op sink
+- batch: abstream's sessions stage (``with_visit_start``'s window functions, then
+  ``assemble_visits``' aggregates) inside ``foreachBatch`` over each micro-batch's events, visits into a no-op sink
   (the sessionize component also carries the open visits' events between micro-batches);
 - python: ``transformWithStateInPandas`` with event-time timers.
 
@@ -176,12 +176,12 @@ def python(events: DataFrame) -> DataFrame:
 
 
 def batch(events: DataFrame, checkpoint: Path) -> DataStreamWriter:
-    """abstream's sessions.sessionize (window functions, what each event counts for) as a
-    batch job inside foreachBatch, over each micro-batch's events (the sessionize component
-    adds the open visits' events, read from its state snapshot)."""
+    """abstream's sessions stage (window functions, then aggregates) as a batch job inside
+    foreachBatch, over each micro-batch's events (the sessionize component adds the open
+    visits' events, read from its state snapshot)."""
     def write(new: DataFrame, batch_id: int) -> None:
         visits = sessions.assemble_visits(
-            sessions.sessionize(new.select(*sessions.SESSION_INPUT), GAP))
+            sessions.with_visit_start(new.select(*sessions.SESSION_INPUT), GAP))
         visits.write.format("noop").mode("overwrite").save()
 
     return events.writeStream.foreachBatch(write).option("checkpointLocation", str(checkpoint))

@@ -71,7 +71,7 @@ class IngestSettings(_Section):
     """landing (JSON lines) -> bronze ``events`` + quarantine ``rejected``."""
 
     trigger: Duration = timedelta(seconds=5)
-    max_files_per_trigger: int = Field(default=20, gt=0)
+    max_files_per_trigger: int = Field(default=50, gt=0)
     max_record_bytes: int = Field(default=65_536, gt=0)
     future_tolerance: Duration = timedelta(days=1)
     dedupe_window: Duration = timedelta(minutes=2)

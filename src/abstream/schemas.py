@@ -46,15 +46,6 @@ VISIT_ENTRY = StructType(
     ]
 )
 
-#: What an event or a visit counts for: an experiment, a variant and a population.
-METRIC_TARGET = StructType(
-    [
-        StructField("id", StringType()),
-        StructField("variant", StringType()),
-        StructField("population", StringType()),
-    ]
-)
-
 #: The beacon as the JSON parser reads it; ``event_ts`` is parsed separately, strictly.
 BEACON = StructType(
     [
@@ -133,10 +124,11 @@ SESSIONS = StructType(
 )
 
 #: What the sessionize component writes of each micro-batch, and reads back: the events it
-#: sessionized (the bronze columns sessions and metrics read), their visit's start and end,
-#: the metric targets each counts for now (``targets``) and counted for before the micro-batch
-#: (``counted``). The next micro-batch carries on the events of the visits left open. New
-#: events behind the watermark are kept as ``late`` rows, counted and not sessionized.
+#: sessionized (the bronze columns sessions and metrics read) with their visit's start and,
+#: for the events it carried from the micro-batch before, the start of the visit they were
+#: counted in then (``counted_in``). New events behind the watermark are kept as ``late``
+#: rows, counted and not sessionized. The next micro-batch carries on the events of the
+#: visits left open (``OPEN_VISITS``).
 SESSION_STATE = StructType(
     [
         StructField("session_id", StringType(), False),
@@ -147,11 +139,19 @@ SESSION_STATE = StructType(
         StructField("units", LongType()),
         StructField("page_load_ms", LongType()),
         StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
-        StructField("visit_start", TimestampType(), False),
-        StructField("visit_end", TimestampType(), False),
-        StructField("targets", ArrayType(METRIC_TARGET), False),
-        StructField("counted", ArrayType(METRIC_TARGET), False),
+        StructField("visit_start", TimestampType()),
+        StructField("counted_in", TimestampType()),
         StructField("late", BooleanType(), False),
+    ]
+)
+
+#: The visits a micro-batch of sessionize left open, with the entries their events were
+#: counted for.
+OPEN_VISITS = StructType(
+    [
+        StructField("session_id", StringType(), False),
+        StructField("visit_start", TimestampType(), False),
+        StructField("experiments", ArrayType(VISIT_ENTRY), False),
     ]
 )
 

@@ -35,6 +35,9 @@ DEFAULT_CONF: dict[str, str] = {
     # Micro-batches cache what they write more than once; compressing a cache that lives
     # one micro-batch costs more than the memory it saves.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # A partitioned write (bronze by event_date) keeps a file open per partition instead of
+    # sorting the micro-batch by partition first.
+    "spark.sql.maxConcurrentOutputFileWriters": "8",
 }
 
 #: Static settings that only take effect when abstream starts the JVM itself.

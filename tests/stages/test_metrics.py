@@ -3,14 +3,21 @@ from decimal import Decimal
 
 from abstream.schemas import EVENTS, EXPERIMENT_METRICS
 from abstream.stages.metrics import Windowing, experiment_metrics, with_lineage
-from abstream.stages.sessions import assemble_visits, sessionize
+from abstream.stages.sessions import (
+    assemble_visits,
+    event_targets,
+    visit_entries,
+    visit_targets,
+    with_visit_start,
+)
 
 T0 = datetime(2026, 1, 5, 10, 0)
 FIVE = Windowing(timedelta(minutes=5))
 
 
 def _events(spark, rows):
-    """rows: (minute, session, type, entries[, revenue, units, page_load]), sessionized."""
+    """rows: (minute, session, type, entries[, revenue, units, page_load]), sessionized:
+    the rows of the events and of the visits, each with what it counts for."""
     data = []
     for i, (minute, session, kind, entries, *rest) in enumerate(rows):
         revenue, units, load = ([*rest, None, None, None])[:3]
@@ -18,8 +25,9 @@ def _events(spark, rows):
         data.append((f"e{i}", ts, session, f"v-{session}", kind, "/", entries,
                      Decimal(revenue) if revenue else None, units, load, "f", T0, T0,
                      ts.date()))
-    events = sessionize(spark.createDataFrame(data, EVENTS), timedelta(minutes=35))
-    return events, assemble_visits(events)
+    started = with_visit_start(spark.createDataFrame(data, EVENTS), timedelta(minutes=35))
+    visits = assemble_visits(started)
+    return event_targets(started, visit_entries(visits)), visit_targets(visits)
 
 
 def _rows(df):

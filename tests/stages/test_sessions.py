@@ -4,7 +4,14 @@ from decimal import Decimal
 import pytest
 
 from abstream.schemas import EVENTS
-from abstream.stages.sessions import assemble_visits, sessionize, with_lineage
+from abstream.stages.sessions import (
+    assemble_visits,
+    event_targets,
+    visit_entries,
+    visit_targets,
+    with_lineage,
+    with_visit_start,
+)
 
 T0 = datetime(2026, 1, 5, 10, 0)
 GAP = timedelta(minutes=35)
@@ -24,15 +31,19 @@ def _events(spark, rows):
 
 
 def _visits(spark, rows):
-    return sorted(assemble_visits(sessionize(_events(spark, rows), GAP)).collect(),
+    return sorted(assemble_visits(with_visit_start(_events(spark, rows), GAP)).collect(),
                   key=lambda r: (r["session_id"], r["visit_start"]))
 
 
 def _targets(spark, rows):
     """event_id -> sorted (experiment, variant, population) it counts for."""
-    events = sessionize(_events(spark, rows), GAP)
-    return {r["event_id"]: sorted((t["id"], t["variant"], t["population"])
-                                  for t in r["targets"]) for r in events.collect()}
+    events = _events(spark, rows)
+    started = with_visit_start(events, GAP)
+    targeted = event_targets(started, visit_entries(assemble_visits(started))).collect()
+    found = {r["event_id"]: [] for r in events.collect()}
+    for r in targeted:
+        found[r["event_id"]].append((r["experiment_id"], r["variant"], r["population"]))
+    return {event: sorted(targets) for event, targets in found.items()}
 
 
 @pytest.mark.parametrize(("gap", "visits"), [
@@ -111,7 +122,8 @@ def test_every_event_of_a_visit_counts_for_what_the_visit_lists(spark):
 
 def test_the_qualified_population_counts_from_the_first_exposure_on(spark):
     seconds = timedelta(seconds=1)
-    listed, exposed = [("a", "control", False)], [("a", "control", True)]
+    # ``qualified`` absent from the beacon (NULL) is no exposure.
+    listed, exposed = [("a", "control", None)], [("a", "control", True)]
     targets = _targets(spark, [
         ("s", 0 * seconds, "pageview", None, None, listed),
         ("s", 5 * seconds, "pageview", None, None, exposed),
@@ -137,9 +149,22 @@ def test_exposure_to_an_experiment_in_another_variant_counts_for_both(spark):
     assert entries[("a", "treatment")]["exposed_orders"] == 1
 
 
+def test_a_visit_counts_for_its_entries_and_the_qualified_population_it_was_exposed_to(spark):
+    visits = assemble_visits(with_visit_start(_events(spark, [
+        ("s", timedelta(0), "pageview", None, None, [("a", "control", False)]),
+        ("s", timedelta(seconds=5), "pageview", None, None,
+         [("a", "control", True), ("b", "x", None)]),
+        ("t", timedelta(0), "pageview", None, None, []),
+    ]), GAP))
+    targets = sorted((r["session_id"], r["experiment_id"], r["variant"], r["population"])
+                     for r in visit_targets(visits).collect())
+    assert targets == [("s", "a", "control", "assigned"), ("s", "a", "control", "qualified"),
+                       ("s", "b", "x", "assigned")]
+
+
 def test_lineage_columns_make_a_silver_row(spark):
-    visits = assemble_visits(sessionize(_events(spark, [("s", timedelta(0), "pageview")]),
-                                        GAP))
+    visits = assemble_visits(with_visit_start(
+        _events(spark, [("s", timedelta(0), "pageview")]), GAP))
     row = with_lineage(visits, "batch").first()
     assert row["layer"] == "batch"
     assert row["visit_date"] == T0.date()

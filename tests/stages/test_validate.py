@@ -43,7 +43,7 @@ def test_valid_beacons_become_normalised_bronze_rows(spark):
     assert rows["e1"]["units"] == 2
     assert rows["e1"]["page_load_ms"] is None, "page load belongs to pageviews"
     assert rows["e1"]["experiments"][0].asDict() == {"id": "exp", "variant": "b",
-                                                     "qualified": False}
+                                                     "qualified": None}, "as sent"
     assert rows["e2"]["event_ts"] == datetime(2026, 11, 22, 10, 15, 30, 500000)
     assert rows["e2"]["revenue"] is None and rows["e2"]["units"] is None, "orders only"
     assert rows["e2"]["page_load_ms"] == 830
@@ -148,6 +148,9 @@ def test_duplicates_are_dropped_within_the_batch_and_against_ids_seen_before(spa
     seen = spark.createDataFrame([("e2",), ("e2",), ("old",)], "event_id string")
     assert sorted(r["event_id"] for r in drop_duplicate_events(events, seen).collect()) == \
         ["e1", "e3"]
+    seen_too = spark.createDataFrame([("e1",)], "event_id string")
+    assert [r["event_id"] for r in drop_duplicate_events(events, seen_too).collect()
+            if r["event_id"] == "e1"] == [], "repeated in the batch and seen before"
 
 
 def test_recent_ids_are_those_ingested_since_the_cutoff(spark):

@@ -81,9 +81,9 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
                      min(needed_end + config.batch.lookahead, data.end))
     while True:
         # Sessionized once (cached) for the visits and the gold rows.
-        attributed = sessions.sessionize(_read(bronze, read.start, read.end), gap) \
+        started = sessions.with_visit_start(_read(bronze, read.start, read.end), gap) \
             .persist(StorageLevel.MEMORY_AND_DISK)
-        visits = sessions.assemble_visits(attributed).persist(StorageLevel.MEMORY_AND_DISK)
+        visits = sessions.assemble_visits(started).persist(StorageLevel.MEMORY_AND_DISK)
         # The visits with events in the windows: they must be whole.
         overlapping = (F.col("visit_start") < micros(needed_end)) \
             & (F.col("visit_end") >= micros(span.start))
@@ -99,17 +99,18 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         log.info("a visit runs on past %s: reading the rest of bronze",
                  read.start if cut_before else read.end)
         visits.unpersist()
-        attributed.unpersist()
+        started.unpersist()
         read = TimeRange(data.start if cut_before else read.start,
                          data.end if cut_after else read.end)
 
     counts = Observation("batch")
-    in_windows = attributed.where(between("event_ts", span.start, needed_end)).observe(
+    in_windows = started.where(between("event_ts", span.start, needed_end)).observe(
         counts, F.count_if(F.col("event_ts") < micros(span.end)).alias("events"))
     gold = metrics.with_lineage(
-        metrics.experiment_metrics(in_windows,
-                                   visits.where(between("visit_start", span.start, needed_end)),
-                                   windowing, config.metrics.hll_lg_k, exact_visitors=True)
+        metrics.experiment_metrics(
+            sessions.event_targets(in_windows, sessions.visit_entries(visits)),
+            sessions.visit_targets(visits.where(between("visit_start", span.start, needed_end))),
+            windowing, config.metrics.hll_lg_k, exact_visitors=True)
         .where(between("window_start", span.start, span.end)),
         BATCH,
     )
@@ -120,5 +121,5 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         counts=counts,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),
-        cached=(visits, attributed),
+        cached=(visits, started),
     )

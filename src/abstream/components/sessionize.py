@@ -3,24 +3,21 @@
 
 Every micro-batch is a small batch job over the new bronze events and the events of the
 visits still open, which the component carries from one micro-batch to the next itself
-(``io.state``): Spark's batch operators (one sort by session and time, aggregates, a join)
+(``io.state``): Spark's batch operators (one sort by session and time, aggregates, joins)
 instead of its streaming state stores. Each micro-batch
 
 1. drops the new events behind its input watermark (the latest event time seen before the
    batch, less ``sessionize.lateness``) and counts them;
-2. sessionizes the open visits' events with the new ones, so what every event counts for
-   follows from its whole visit as known now;
-3. appends to gold what changed: each event's targets it had not been counted for yet (an
+2. finds the visits of the open visits' events with the new ones (``stages.sessions``) and
+   writes them, once, as the micro-batch's state snapshot;
+3. assembles their visits (cached: a row per visit) and appends to silver those that closed
+   (their last event + ``gap`` behind the next watermark);
+4. appends to gold what changed: each event's targets it had not been counted for yet (an
    event is counted as soon as it arrives, and again for a population it joins later, when
-   its visit meets an experiment or an exposure), and the visit numbers of the visits that
-   closed (their last event + ``gap`` behind the next watermark), which also go to silver;
-4. carries the events of the still-open visits, with what each was counted for, to the
-   next micro-batch.
-
-The micro-batch's sessionized events are written once, as the state snapshot of the
-micro-batch (``io.state``), and step 3 reads them back from there: one sort per
-micro-batch, and no cache holds its events (a backlog's micro-batch may be millions of
-events). The next micro-batch reads the events of the snapshot whose visits were left open.
+   its visit meets an experiment or an exposure: its visit's entries now against those of
+   the visit it was counted in before), and the visit numbers of the visits that closed;
+5. writes the visits left open, with their entries, for the next micro-batch, which carries
+   on their events.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
 has its own watermark (``abstream.watermarks``): the visits held open hold back the output
@@ -32,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
@@ -42,16 +40,34 @@ from abstream.io.sources import delta_stream
 from abstream.io.state import StateSnapshots
 from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.progress import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
-from abstream.schemas import METRIC_TARGET, SESSION_STATE
+from abstream.schemas import OPEN_VISITS, SESSION_STATE
 from abstream.stages import metrics, sessions
 from abstream.watermarks import input_watermark, output_watermark, source_watermark
 
 SPEED = "speed"
 NAME = "sessionize"
+#: The parts of the state snapshot.
+EVENTS, OPEN = "events", "open_visits"
 
 
 def _micros(value: int | None) -> Column:
     return F.timestamp_micros(F.lit(value))
+
+
+def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> DataFrame:
+    """What each event counts for now (``sessions.event_targets``) and was not counted for
+    before: ``counted`` holds the entries of the visits the carried events were counted in
+    (by their ``counted_in``); targets only grow, so the difference is what is new."""
+    before = counted.select(
+        "session_id", F.col("visit_start").alias("counted_in"),
+        F.col("id").alias("experiment_id"), "variant",
+        F.col("qualified").alias("was_qualified"), F.col("exposed_at").alias("was_exposed_at"))
+    targets = sessions.event_targets(events, entries).join(
+        F.broadcast(before), ["session_id", "counted_in", "experiment_id", "variant"], "left")
+    already = F.col("was_qualified").isNotNull() & sessions.counts_for(
+        F.col("was_qualified"), F.col("was_exposed_at"), F.col("population"),
+        F.col("event_ts"))
+    return targets.where(~already)
 
 
 def build(ctx: Context) -> DataStreamWriter:
@@ -65,13 +81,13 @@ def build(ctx: Context) -> DataStreamWriter:
                                      SESSIONS_TABLE.partition_by)
     append_gold = sinks.AppendOnce(ensure_table(spark, METRICS_TABLE, ctx.layout),
                                    METRICS_TABLE.partition_by)
-    state = StateSnapshots(spark, ctx.layout.checkpoint(NAME) + "/state", SESSION_STATE)
+    state = StateSnapshots(spark, ctx.layout.checkpoint(NAME) + "/state",
+                           {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS})
     stream = metrics.observe_freshness(
         delta_stream(spark, events_path, settings.max_files_per_trigger))
-    no_targets = F.array().cast(f"array<{METRIC_TARGET.simpleString()}>")
 
     def open_at(closing_at: int | None) -> Column:
-        """Whether an event's visit is still open when the watermark is ``closing_at``."""
+        """Whether a visit is still open when the watermark is ``closing_at``."""
         if closing_at is None:
             return F.lit(True)
         return F.unix_micros("visit_end") + gap_micros >= closing_at
@@ -82,47 +98,50 @@ def build(ctx: Context) -> DataStreamWriter:
         watermark = source_watermark(seen_before, lateness)
         late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
         new = batch.select(*sessions.SESSION_INPUT, late.alias("late"))
-        held = state.read(previous).where(~F.col("late") & open_at(watermark)) \
-            .select(*sessions.SESSION_INPUT, F.col("targets").alias("counted"))
-        events = held.unionByName(
-            new.where(~F.col("late")).drop("late").withColumn("counted", no_targets))
+        held_visits = state.read(previous, OPEN)
+        held = state.read(previous, EVENTS).where(~F.col("late")) \
+            .join(F.broadcast(held_visits.select(*sessions.VISIT)), list(sessions.VISIT),
+                  "left_semi") \
+            .select(*sessions.SESSION_INPUT, F.col("visit_start").alias("counted_in"))
+        events = held.unionByName(new.where(~F.col("late")).drop("late")
+                                  .withColumn("counted_in", _micros(None)))
         # The late events are kept in the snapshot, marked, so that the micro-batch reads
         # bronze once: they are counted there and go no further.
-        behind = new.where("late").select(
-            *sessions.SESSION_INPUT, F.col("event_ts").alias("visit_start"),
-            F.col("event_ts").alias("visit_end"), no_targets.alias("targets"),
-            no_targets.alias("counted"), "late")
-        path = state.write_rows(batch_id, sessions.sessionize(events, gap)
-                                .withColumn("late", F.lit(False))
-                                .select(*SESSION_STATE.fieldNames()).unionByName(behind))
-        sessionized = state.read_rows(path)
-        counts = sessionized.agg(F.count_if("late").alias("late"),
-                                 F.unix_micros(F.max("event_ts")).alias("newest")).first()
+        behind = new.where("late").select(*sessions.SESSION_INPUT, _micros(None).alias(
+            "visit_start"), _micros(None).alias("counted_in"), "late")
+        seen = Observation()
+        state.write(batch_id, EVENTS, sessions.with_visit_start(events, gap)
+                    .withColumn("late", F.lit(False)).unionByName(behind)
+                    .observe(seen, F.count_if("late").alias("late"),
+                             F.unix_micros(F.max("event_ts")).alias("newest")))
+        counts = seen.get
         seen_until = max((t for t in (seen_before, counts["newest"]) if t is not None),
                          default=None)
-        state.complete(batch_id, path, seen_until)
         # Everything below reads the snapshot just written: the micro-batch is sessionized
-        # once, and no cache holds its events.
-        sessionized = sessionized.where(~F.col("late"))
-        closing_at = source_watermark(seen_until, lateness)
-        still_open = open_at(closing_at)
-        kept = sessionized.agg(
-            F.count_if(~still_open).alias("closing"), F.count_if(still_open).alias("rows"),
-            F.unix_micros(F.min(F.when(still_open, F.col("event_ts")))).alias("earliest"),
-        ).first()
-        closed = sessions.assemble_visits(sessionized.where(~still_open))
-        closed_visits = 0
-        if kept["closing"]:
-            written = Observation()
-            appended = append_visits(sessions.with_lineage(closed, SPEED).observe(
-                written, F.count(F.lit(1)).alias("visits")), writer_id, batch_id)
-            closed_visits = int(written.get["visits"]) if appended else closed.count()
-        fresh = sessionized.withColumn("targets", F.array_except("targets", "counted")) \
-            .where(F.size("targets") > 0)
-        append_gold(metrics.with_lineage(
-            metrics.experiment_metrics(fresh, closed, windowing, ctx.config.metrics.hll_lg_k),
-            SPEED), writer_id, batch_id)
-        report = {"visits": closed_visits, LATE: counts["late"], STATE_ROWS: kept["rows"]}
+        # once.
+        sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
+        visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            closing_at = source_watermark(seen_until, lateness)
+            still_open = open_at(closing_at)
+            kept = visits.agg(
+                F.count_if(~still_open).alias("closing"),
+                F.sum(F.when(still_open, F.col("events"))).alias("rows"),
+                F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+            ).first()
+            closed = visits.where(~still_open)
+            if kept["closing"]:
+                append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
+            fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
+                                  sessions.visit_entries(held_visits))
+            append_gold(metrics.with_lineage(metrics.experiment_metrics(
+                fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
+                SPEED), writer_id, batch_id)
+            state.write(batch_id, OPEN, visits.where(still_open))
+        finally:
+            visits.unpersist()
+        state.complete(batch_id, seen_until)
+        report = {"visits": kept["closing"], LATE: counts["late"], STATE_ROWS: kept["rows"] or 0}
         # Gold reads the events (not held) and the visits (held back to the earliest event
         # still open): its input watermark is the lower of the two.
         gold_watermark = input_watermark(

@@ -1,11 +1,11 @@
 """State a streaming component carries from one micro-batch to the next by itself.
 
-Each micro-batch writes a snapshot: a Parquet folder ``batch=N``, then, once the data is
-complete, a small JSON file in it with what else the next micro-batch needs (the latest
-event time seen so far, what the watermark derives from). Micro-batch N reads the newest
-complete snapshot of an earlier batch, so a replayed micro-batch reads what it read the
-first time and writes the same snapshot again: the state is exactly-once like the tables.
-The two newest snapshots are kept.
+Each micro-batch writes a snapshot: a folder ``batch=N`` with one Parquet folder per part
+of the state, then, once the data is complete, a small JSON file in it with what else the
+next micro-batch needs (the latest event time seen so far, what the watermark derives
+from). Micro-batch N reads the newest complete snapshot of an earlier batch, so a replayed
+micro-batch reads what it read the first time and writes the same snapshot again: the
+state is exactly-once like the tables. The two newest snapshots are kept.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -33,10 +34,12 @@ class Snapshot:
 
 
 class StateSnapshots:
-    """The snapshots of one component's state under ``location`` (any Hadoop file system)."""
+    """The snapshots of one component's state under ``location`` (any Hadoop file system),
+    each with the parts named in ``schemas``."""
 
-    def __init__(self, spark: SparkSession, location: str, schema: StructType) -> None:
-        self.spark, self.location, self.schema = spark, location.rstrip("/"), schema
+    def __init__(self, spark: SparkSession, location: str,
+                 schemas: Mapping[str, StructType]) -> None:
+        self.spark, self.location, self.schemas = spark, location.rstrip("/"), schemas
         jvm = spark._jvm
         self._jvm = jvm
         self._path = jvm.org.apache.hadoop.fs.Path
@@ -72,25 +75,29 @@ class StateSnapshots:
                 return snapshot
         return None
 
-    def read(self, snapshot: Snapshot | None) -> DataFrame:
-        """The rows of ``snapshot`` (none for None)."""
+    def _folder(self, batch_id: int) -> str:
+        return posixpath.join(self.location, f"batch={batch_id}")
+
+    def read(self, snapshot: Snapshot | None, part: str) -> DataFrame:
+        """The rows of ``part`` in ``snapshot`` (none for None)."""
         if snapshot is None:
-            return self.spark.createDataFrame([], self.schema)
-        return self.read_rows(snapshot.path)
+            return self.spark.createDataFrame([], self.schemas[part])
+        return self.read_written(snapshot.batch, part)
 
-    def read_rows(self, path: str) -> DataFrame:
-        """The rows written at ``path``, complete or not."""
-        return self.spark.read.schema(self.schema).parquet(path)
+    def read_written(self, batch_id: int, part: str) -> DataFrame:
+        """The rows of ``part`` written for ``batch_id``, complete or not."""
+        return self.spark.read.schema(self.schemas[part]).parquet(
+            posixpath.join(self._folder(batch_id), part))
 
-    def write_rows(self, batch_id: int, rows: DataFrame) -> str:
-        """Write the rows of the state after ``batch_id`` (again, when the batch is
+    def write(self, batch_id: int, part: str, rows: DataFrame) -> None:
+        """Write ``part`` of the state after ``batch_id`` (again, when the batch is
         replayed); the snapshot is complete once ``complete`` has run."""
-        path = posixpath.join(self.location, f"batch={batch_id}")
-        rows.write.mode("overwrite").parquet(path)
-        return path
+        rows.select(*self.schemas[part].fieldNames()).write.mode("overwrite") \
+            .parquet(posixpath.join(self._folder(batch_id), part))
 
-    def complete(self, batch_id: int, path: str, seen_until: int | None) -> Snapshot:
+    def complete(self, batch_id: int, seen_until: int | None) -> Snapshot:
         """Mark the snapshot complete and drop the snapshots before the previous one."""
+        path = self._folder(batch_id)
         out = self._fs.create(self._path(posixpath.join(path, _DONE)), True)
         try:
             out.write(bytearray(json.dumps({"seen_until": seen_until}).encode()))

@@ -1,12 +1,15 @@
 """Duplicate events: one row per event_id, within a micro-batch and against the ids bronze
 received shortly before.
 
-The wide rows are shuffled once (``dropDuplicates``); the look-up of earlier copies joins
-the narrow ids only, and what it finds (few rows, usually none) is broadcast back.
+Only the narrow ids are shuffled: one small job counts the batch's ids and probes bronze's
+recent ids with them (broadcast), and brings back the repeats it finds (few, usually a
+handful). The wide rows are then filtered against those, and only the copies of an id the
+batch holds more than once are shuffled.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.sql import DataFrame
@@ -22,11 +25,48 @@ def recent_ids(bronze: DataFrame, since: datetime) -> DataFrame:
     return bronze.where(F.col("ingested_at") >= cutoff).select("event_id")
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """The event_ids of a batch that are not new: held by bronze already (``earlier``), or
+    held more than once by the batch alone (``within``)."""
+
+    earlier: frozenset[str]
+    within: frozenset[str]
+
+
+def find_repeats(events: DataFrame, seen: DataFrame | None = None) -> Repeats:
+    """The repeated ids of ``events``, against ``seen`` (ids taken in before) if given."""
+    copies = events.groupBy("event_id").agg(F.count(F.lit(1)).alias("copies"))
+    found = copies.where(F.col("copies") > 1).select("event_id", F.lit(False).alias("earlier"))
+    if seen is not None:
+        # The batch's ids are broadcast and bronze's ids probed as read: no shuffle of them.
+        found = found.unionByName(
+            F.broadcast(copies.select("event_id")).join(seen, "event_id").distinct()
+            .select("event_id", F.lit(True).alias("earlier")))
+    earlier, within = set(), set()
+    for row in found.collect():
+        (earlier if row["earlier"] else within).add(row["event_id"])
+    return Repeats(frozenset(earlier), frozenset(within - earlier))
+
+
+def _ids(events: DataFrame, ids: frozenset[str]) -> DataFrame:
+    return F.broadcast(events.sparkSession.createDataFrame(
+        [(i,) for i in sorted(ids)], "event_id string"))
+
+
+def drop_repeats(events: DataFrame, repeats: Repeats) -> DataFrame:
+    """``events`` with each event_id once and none of those bronze holds already."""
+    dropped = repeats.earlier | repeats.within
+    if not dropped:
+        return events
+    once = events.join(_ids(events, dropped), "event_id", "left_anti")
+    if not repeats.within:
+        return once
+    first_copies = events.join(_ids(events, repeats.within), "event_id", "left_semi") \
+        .dropDuplicates(["event_id"])
+    return once.unionByName(first_copies)
+
+
 def drop_duplicate_events(events: DataFrame, seen: DataFrame | None = None) -> DataFrame:
     """``events`` with each event_id once, and none of the ids in ``seen``."""
-    unique = events.dropDuplicates(["event_id"])
-    if seen is None:
-        return unique
-    # An anti-join needs no distinct right side: the bronze ids are joined as read.
-    repeated = events.select("event_id").distinct().join(seen, "event_id")
-    return unique.join(F.broadcast(repeated), "event_id", "left_anti")
+    return drop_repeats(events, find_repeats(events, seen))

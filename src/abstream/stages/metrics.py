@@ -1,8 +1,8 @@
 """Events and visits -> per experiment x variant x population x event-time window metrics.
 
-What each event and visit counts for (its ``targets``) is decided by its visit
-(``stages.sessions``). Event-level numbers are windowed by the event's time, visit numbers
-by the visit's start.
+What each event and visit counts for (its rows from ``stages.sessions.event_targets`` and
+``visit_targets``, one per experiment, variant and population) is decided by its visit.
+Event-level numbers are windowed by the event's time, visit numbers by the visit's start.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL
-from abstream.stages.sessions import visit_targets
+from abstream.stages.sessions import TARGET
 
 #: Name of the observed metrics of gold freshness, and its histogram buckets (seconds).
 FRESHNESS = "freshness"
@@ -49,7 +49,7 @@ class Windowing:
         return F.window(ts, spark_interval(self.length), spark_interval(self.slide))
 
 
-#: The event columns the metrics read, besides ``targets``.
+#: The event columns the metrics read, besides ``TARGET``.
 EVENT_INPUT = ("event_ts", "visitor_id", "type", "revenue", "units", "page_load_ms")
 
 
@@ -60,7 +60,7 @@ def _event_facts(events: DataFrame) -> DataFrame:
     return events.select(
         F.col("event_ts").alias("ts"),
         "visitor_id",
-        "targets",
+        *TARGET,
         F.lit(1).cast("long").alias("events"),
         is_type["pageview"].alias("pageviews"),
         is_type["add_to_cart"].alias("add_to_carts"),
@@ -82,7 +82,7 @@ def _visit_facts(visits: DataFrame) -> DataFrame:
     return visits.select(
         F.col("visit_start").alias("ts"),
         F.lit(None).cast("string").alias("visitor_id"),
-        visit_targets(F.col("experiments")).alias("targets"),
+        *TARGET,
         *(zero.alias(name) for name in ("events", "pageviews", "add_to_carts", "orders")),
         F.lit(0).cast(MONEY_TOTAL).alias("revenue"),
         F.lit(0).cast(MONEY_SQUARED).alias("revenue_sq"),
@@ -101,8 +101,8 @@ def experiment_metrics(
     hll_lg_k: int = 12,
     exact_visitors: bool = False,
 ) -> DataFrame:
-    """Gold rows (without ``layer``/``computed_at``) from events, each counted for its
-    ``targets``, and/or visits, each counted for the targets of its entries.
+    """Gold rows (without ``layer``/``computed_at``) from rows of events and/or visits, each
+    counted for its ``TARGET`` (``stages.sessions.event_targets`` / ``visit_targets``).
 
     ``visitors`` is the HLL sketch's estimate, or with ``exact_visitors`` (batch only: a
     distinct count cannot be added up from increments) the exact distinct count; the sketch
@@ -123,11 +123,7 @@ def experiment_metrics(
     measures += [F.sum(name).cast("long").alias(name) for name in _LONG_MEASURES]
     measures += [F.sum(name).cast(kind).alias(name) for name, kind in _MONEY_MEASURES.items()]
     rows = (
-        union.select("*", F.explode("targets").alias("target"))
-        .groupBy(windowing.window(F.col("ts")).alias("window"),
-                 F.col("target.id").alias("experiment_id"),
-                 F.col("target.variant").alias("variant"),
-                 F.col("target.population").alias("population"))
+        union.groupBy(windowing.window(F.col("ts")).alias("window"), *TARGET)
         .agg(*measures)
     )
     return rows.select(

@@ -12,6 +12,9 @@ What a visit lists (its experiment entries) decides what all of its events count
 - ``qualified``: a visit is in E/V's qualified population when one of its events lists
   E/V with ``qualified = true`` (an exposure); its events count from its first exposure
   to E on (by event time, ties included).
+
+Everything here is relational (aggregates, joins, ``explode``): no per-element lambdas,
+which Spark interprets row by row.
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ from datetime import timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from abstream.schemas import MONEY_TOTAL, POPULATIONS, SESSIONS
+from abstream.schemas import MONEY_TOTAL, POPULATIONS, SESSIONS, VISIT_ENTRY
 
 ASSIGNED, QUALIFIED = POPULATIONS
 
 #: The bronze columns sessions and metrics read: what the speed layer carries in state.
 SESSION_INPUT = ("session_id", "visitor_id", "event_ts", "type", "revenue", "units",
                  "page_load_ms", "experiments")
+VISIT = ("session_id", "visit_start")
+#: What an event or a visit counts for, as columns of its rows.
+TARGET = ("experiment_id", "variant", "population")
+
 
 def _count(kind: str) -> Column:
     return F.count_if(F.col("type") == kind)
@@ -45,69 +52,29 @@ def with_visit_start(events: DataFrame, gap: timedelta) -> DataFrame:
     return events.withColumn("visit_start", F.max(starts).over(by_time))
 
 
-def _with_entries(visits: DataFrame, name: str) -> DataFrame:
-    """``visits`` with ``name``: the visit's distinct (experiment, variant) entries, sorted,
-    with the first exposure to the experiment and the orders from then on. Reads
-    ``entry_sets`` (per event, its entries with the event's time ``ts``) and ``order_list``
-    (``ts``, ``revenue`` of each order), and drops them.
-
-    One projection per step: Spark does not inline a higher-order function's result into
-    the next projection, so each array is built once per visit, not once per use.
-    """
-    flat, exposures = F.col("_flat"), F.col("_exposures")
-    with_flat = visits.withColumn("_flat", F.flatten("entry_sets")).drop("entry_sets")
-    # The exposures are few (usually one an experiment), so the per-entry look-ups below
-    # scan them, not every entry of every event.
-    pairs = with_flat.select(
-        "*",
-        F.array_distinct(F.transform(flat, lambda e: F.struct(
-            e["id"].alias("id"), e["variant"].alias("variant")))).alias("_pairs"),
-        F.filter(flat, lambda e: e["qualified"]).alias("_exposures"),
-    ).drop("_flat")
-
-    def exposure(experiment: Column) -> Column:
-        return F.array_min(F.transform(
-            F.filter(exposures, lambda e: e["id"] == experiment), lambda e: e["ts"]))
-
-    listed = pairs.withColumn("_listed", F.transform("_pairs", lambda p: F.struct(
-        p["id"].alias("id"),
-        p["variant"].alias("variant"),
-        F.exists(exposures, lambda e: (e["id"] == p["id"]) & (e["variant"] == p["variant"]))
-        .alias("qualified"),
-    ))).drop("_pairs")
-    exposed = listed.withColumn("_exposed", F.transform("_listed", lambda e: F.struct(
-        e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
-        F.when(e["qualified"], exposure(e["id"])).alias("exposed_at")))) \
-        .drop("_listed", "_exposures")
-
-    def after(entry: Column) -> Column:
-        return F.filter("order_list", lambda o: o["ts"] >= entry["exposed_at"])
-
-    return exposed.withColumn(name, F.array_sort(F.transform("_exposed", lambda e: F.struct(
-        e["id"].alias("id"), e["variant"].alias("variant"), e["qualified"].alias("qualified"),
-        e["exposed_at"].alias("exposed_at"),
-        F.size(after(e)).cast("long").alias("exposed_orders"),
-        F.aggregate(after(e), F.lit(0).cast(MONEY_TOTAL),
-                    lambda total, o: (total + o["revenue"]).cast(MONEY_TOTAL))
-        .alias("exposed_revenue"),
-    )))).drop("_exposed", "order_list")
-
-
-def _timed_entries(event: Column) -> Column:
-    """An event's experiment entries, each with the event's time."""
-    return F.transform(event["experiments"], lambda e: F.struct(
-        e["id"].alias("id"), e["variant"].alias("variant"),
-        e["qualified"].alias("qualified"), event["event_ts"].alias("ts")))
-
-
-def _entry_aggregates() -> list[Column]:
-    """What ``_with_entries`` reads, gathered per visit from its events."""
-    return [
-        F.collect_list(_timed_entries(F.struct("event_ts", "experiments"))).alias("entry_sets"),
-        F.collect_list(F.when(F.col("type") == "order", F.struct(
-            F.col("event_ts").alias("ts"), F.col("revenue").alias("revenue"))))
-        .alias("order_list"),
-    ]
+def _entries(started: DataFrame) -> DataFrame:
+    """One row per visit and (experiment, variant) its events list: whether the visit was
+    exposed to it, the first exposure to the experiment (any variant) when it was, and the
+    orders from then on."""
+    listed = started.select(*VISIT, F.col("event_ts").alias("ts"),
+                            F.explode("experiments").alias("e"))
+    # ``qualified`` absent from a beacon (NULL) means false.
+    per_variant = listed.groupBy(*VISIT, F.col("e.id").alias("id"),
+                                 F.col("e.variant").alias("variant")).agg(
+        F.min(F.when(F.col("e.qualified"), F.col("ts"))).alias("variant_exposed_at"))
+    qualified = F.col("variant_exposed_at").isNotNull()
+    exposed = per_variant.select(
+        *VISIT, "id", "variant", qualified.alias("qualified"),
+        F.when(qualified, F.min("variant_exposed_at").over(
+            Window.partitionBy(*VISIT, "id"))).alias("exposed_at"))
+    orders = started.where(F.col("type") == "order") \
+        .select(*VISIT, F.col("event_ts").alias("order_ts"), "revenue")
+    after = F.col("order_ts") >= F.col("exposed_at")
+    return exposed.join(orders, list(VISIT), "left").groupBy(
+        *VISIT, "id", "variant", "qualified", "exposed_at").agg(
+        F.count_if(after).cast("long").alias("exposed_orders"),
+        F.coalesce(F.sum(F.when(after, F.col("revenue"))), F.lit(0)).cast(MONEY_TOTAL)
+        .alias("exposed_revenue"))
 
 
 def visit_counters() -> list[Column]:
@@ -125,12 +92,16 @@ def visit_counters() -> list[Column]:
     ]
 
 
-def assemble_visits(events: DataFrame) -> DataFrame:
+def assemble_visits(started: DataFrame) -> DataFrame:
     """One row per visit of events that have their ``visit_start``: silver's columns
-    without the lineage."""
-    visits = events.groupBy("session_id", "visit_start").agg(
-        *visit_counters(), *_entry_aggregates())
-    return _with_entries(visits, "experiments").select(
+    without the lineage; ``experiments`` sorted by experiment and variant."""
+    entry = F.struct(*(F.col(name) for name in VISIT_ENTRY.fieldNames()))
+    experiments = _entries(started).groupBy(*VISIT).agg(
+        F.sort_array(F.collect_list(entry)).alias("experiments"))
+    none = F.array().cast(f"array<{VISIT_ENTRY.simpleString()}>")
+    visits = started.groupBy(*VISIT).agg(*visit_counters()) \
+        .join(experiments, list(VISIT), "left")
+    return visits.select(
         "session_id",
         "visit_start",
         "visit_end",
@@ -147,52 +118,49 @@ def assemble_visits(events: DataFrame) -> DataFrame:
         ((F.col("pageviews") == 1) & (F.col("add_to_carts") == 0) & (F.col("orders") == 0))
         .alias("is_bounce"),
         (F.col("errors") > 0).alias("is_error_visit"),
-        "experiments",
+        F.coalesce(F.col("experiments"), none).alias("experiments"),
     )
 
 
-def _target(entry: Column, population: str) -> Column:
-    return F.struct(entry["id"].alias("id"), entry["variant"].alias("variant"),
-                    F.lit(population).alias("population"))
+def visit_entries(visits: DataFrame) -> DataFrame:
+    """The entries of ``visits`` (assembled), one row each: ``session_id``,
+    ``visit_start``, ``id``, ``variant``, ``qualified``, ``exposed_at``."""
+    return visits.select(*VISIT, F.explode("experiments").alias("e")) \
+        .select(*VISIT, "e.id", "e.variant", "e.qualified", "e.exposed_at")
 
 
-def visit_targets(entries: Column) -> Column:
-    """What a visit counts for: each entry's assigned population, and the qualified one of
-    the entries it was exposed to."""
-    return F.concat(F.transform(entries, lambda e: _target(e, ASSIGNED)),
-                    F.transform(F.filter(entries, lambda e: e["qualified"]),
-                                lambda e: _target(e, QUALIFIED)))
+def _populations(qualified: Column) -> Column:
+    return F.when(qualified, F.array(F.lit(ASSIGNED), F.lit(QUALIFIED))) \
+        .otherwise(F.array(F.lit(ASSIGNED)))
 
 
-def event_targets(entries: Column, ts: Column) -> Column:
-    """What an event of a visit with ``entries`` counts for: each entry's assigned
-    population, and the qualified one where the event is at or after the exposure."""
-    return F.concat(F.transform(entries, lambda e: _target(e, ASSIGNED)),
-                    F.transform(F.filter(entries, lambda e: e["exposed_at"] <= ts),
-                                lambda e: _target(e, QUALIFIED)))
+def counts_for(entry_qualified: Column, exposed_at: Column, population: Column,
+               ts: Column) -> Column:
+    """Whether an event at ``ts`` of a visit with an entry counts for the entry's
+    ``population``: always for the assigned one; for the qualified one when the visit was
+    exposed and the event is at or after the first exposure."""
+    return (population == ASSIGNED) | (entry_qualified & (exposed_at <= ts))
 
 
-def sessionize(events: DataFrame, gap: timedelta) -> DataFrame:
-    """``events`` with their visit's ``visit_start`` and ``visit_end``, and ``targets``:
-    what each counts for.
+def event_targets(started: DataFrame, entries: DataFrame) -> DataFrame:
+    """One row per event of ``started`` and what it counts for (``TARGET``), from the
+    ``entries`` of its visit; an event of a visit that lists nothing has no row."""
+    kept = [c for c in started.columns if c != "experiments"]
+    joined = started.drop("experiments").join(
+        entries.select(*VISIT, F.col("id").alias("experiment_id"), "variant", "qualified",
+                       "exposed_at"), list(VISIT))
+    exposed = F.col("qualified") & (F.col("exposed_at") <= F.col("event_ts"))
+    return joined.select(*kept, "experiment_id", "variant",
+                         F.explode(_populations(exposed)).alias("population"))
 
-    One sort (the window functions of ``with_visit_start``), then one aggregation per visit
-    that gathers its events, works out its entries and hands them back to every event: no
-    join, so the events are read and sorted once.
-    """
-    started = with_visit_start(events, gap)
-    carried = [c for c in started.columns if c not in ("session_id", "visit_start")]
-    visits = started.groupBy("session_id", "visit_start").agg(
-        F.max("event_ts").alias("visit_end"),
-        F.collect_list(F.struct(*carried)).alias("visit_events"),
-        *_entry_aggregates())
-    return _with_entries(visits, "visit_entries").select(
-        "session_id", "visit_start", "visit_end", "visit_entries",
-        F.explode("visit_events").alias("event"),
-    ).select(
-        "session_id", "event.*", "visit_start", "visit_end",
-        event_targets(F.col("visit_entries"), F.col("event.event_ts")).alias("targets"),
-    )
+
+def visit_targets(visits: DataFrame) -> DataFrame:
+    """One row per visit and what it counts for (``TARGET``): each entry's assigned
+    population, and the qualified one of the entries it was exposed to."""
+    kept = [c for c in visits.columns if c != "experiments"]
+    return visits.select(*kept, F.explode("experiments").alias("e")).select(
+        *kept, F.col("e.id").alias("experiment_id"), F.col("e.variant").alias("variant"),
+        F.explode(_populations(F.col("e.qualified"))).alias("population"))
 
 
 def with_lineage(visits: DataFrame, layer: str) -> DataFrame:

@@ -122,11 +122,6 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
         (ts.isNull(), "invalid_timestamp"),
         (ts > latest_allowed, "future_timestamp"),
     ]
-    experiments = F.transform(
-        F.coalesce(b["experiments"], F.array()),
-        lambda e: F.struct(e["id"].alias("id"), e["variant"].alias("variant"),
-                           F.coalesce(e["qualified"], F.lit(False)).alias("qualified")),
-    )
     return parsed.select(
         b["event_id"].alias("event_id"),
         ts.alias("event_ts"),
@@ -134,7 +129,8 @@ def parse_beacons(raw: DataFrame, max_record_bytes: int,
         b["visitor_id"].alias("visitor_id"),
         b["type"].alias("type"),
         b["page"].alias("page"),
-        experiments.alias("experiments"),
+        # Entries as sent: ``qualified`` absent (NULL) means false wherever it is read.
+        F.coalesce(b["experiments"], F.array()).alias("experiments"),
         F.when(is_order, b["revenue"].try_cast(MONEY)).alias("revenue"),
         F.when(is_order, b["units"]).alias("units"),
         F.when(b["type"] == "pageview", b["page_load_ms"]).alias("page_load_ms"),
