@@ -12,7 +12,8 @@ visits:
   checkpoints, sessions merged in each partition first), into a no-op sink;
 - wide: the same, carrying whole events in state;
 - batch: abstream's sessions stage (``with_visit_start``'s window functions, then
-  ``assemble_visits``' aggregates) inside ``foreachBatch`` over each micro-batch's events, visits into a no-op sink
+  ``assemble_visits``' aggregates) inside ``foreachBatch`` over each micro-batch's events,
+  visits into a no-op sink
   (the sessionize component also carries the open visits' events between micro-batches);
 - python: ``transformWithStateInPandas`` with event-time timers.
 

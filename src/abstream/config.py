@@ -83,7 +83,7 @@ class SessionizeSettings(_Section):
     trigger: Duration = timedelta(seconds=5)
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
-    max_files_per_trigger: int = Field(default=20, gt=0)
+    max_files_per_trigger: int = Field(default=5, gt=0)
 
 
 class MetricsSettings(_Section):

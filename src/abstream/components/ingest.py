@@ -40,7 +40,11 @@ def bronze_write(ctx: Context) -> BatchWrite:
                 unique = dedupe.drop_duplicate_events(validate.valid_events(batch), seen) \
                     .observe(written, F.count(F.lit(1)).alias("rows"))
                 events = counts["valid"]
-                if append_events(unique, writer_id, batch_id):
+                # One file per event_date a micro-batch: sessionize reads bronze a number of
+                # files at a time, and a micro-batch's events split over two of its
+                # micro-batches would be late in the second (a backlog's micro-batch spans
+                # hours of event time).
+                if append_events(unique.coalesce(1), writer_id, batch_id):
                     events = int(written.get["rows"])
                     duplicates = counts["valid"] - events
             if counts["rejected"]:
