@@ -30,7 +30,6 @@ class Snapshot:
 
     batch: int
     seen_until: int | None
-    path: str
 
 
 class StateSnapshots:
@@ -66,7 +65,7 @@ class StateSnapshots:
             text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
-        return Snapshot(batch, json.loads(text).get("seen_until"), path)
+        return Snapshot(batch, json.loads(text).get("seen_until"))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -106,4 +105,4 @@ class StateSnapshots:
         for batch, old in self._batches():
             if batch < batch_id - 1:
                 self._fs.delete(self._path(old), True)
-        return Snapshot(batch_id, seen_until, path)
+        return Snapshot(batch_id, seen_until)

@@ -26,7 +26,7 @@ def recent_ids(bronze: DataFrame, since: datetime) -> DataFrame:
 
 
 @dataclass(frozen=True)
-class Repeats:
+class _Repeats:
     """The event_ids of a batch that are not new: held by bronze already (``earlier``), or
     held more than once by the batch alone (``within``)."""
 
@@ -34,7 +34,7 @@ class Repeats:
     within: frozenset[str]
 
 
-def find_repeats(events: DataFrame, seen: DataFrame | None = None) -> Repeats:
+def _find_repeats(events: DataFrame, seen: DataFrame | None) -> _Repeats:
     """The repeated ids of ``events``, against ``seen`` (ids taken in before) if given."""
     copies = events.groupBy("event_id").agg(F.count(F.lit(1)).alias("copies"))
     found = copies.where(F.col("copies") > 1).select("event_id", F.lit(False).alias("earlier"))
@@ -46,7 +46,7 @@ def find_repeats(events: DataFrame, seen: DataFrame | None = None) -> Repeats:
     earlier, within = set(), set()
     for row in found.collect():
         (earlier if row["earlier"] else within).add(row["event_id"])
-    return Repeats(frozenset(earlier), frozenset(within - earlier))
+    return _Repeats(frozenset(earlier), frozenset(within - earlier))
 
 
 def _ids(events: DataFrame, ids: frozenset[str]) -> DataFrame:
@@ -54,7 +54,7 @@ def _ids(events: DataFrame, ids: frozenset[str]) -> DataFrame:
         [(i,) for i in sorted(ids)], "event_id string"))
 
 
-def drop_repeats(events: DataFrame, repeats: Repeats) -> DataFrame:
+def _drop_repeats(events: DataFrame, repeats: _Repeats) -> DataFrame:
     """``events`` with each event_id once and none of those bronze holds already."""
     dropped = repeats.earlier | repeats.within
     if not dropped:
@@ -69,4 +69,4 @@ def drop_repeats(events: DataFrame, repeats: Repeats) -> DataFrame:
 
 def drop_duplicate_events(events: DataFrame, seen: DataFrame | None = None) -> DataFrame:
     """``events`` with each event_id once, and none of the ids in ``seen``."""
-    return drop_repeats(events, find_repeats(events, seen))
+    return _drop_repeats(events, _find_repeats(events, seen))

@@ -134,12 +134,17 @@ def _populations(qualified: Column) -> Column:
         .otherwise(F.array(F.lit(ASSIGNED)))
 
 
+def _exposed(entry_qualified: Column, exposed_at: Column, ts: Column) -> Column:
+    """Whether an event at ``ts`` counts for an entry's qualified population: the visit was
+    exposed and the event is at or after the first exposure."""
+    return entry_qualified & (exposed_at <= ts)
+
+
 def counts_for(entry_qualified: Column, exposed_at: Column, population: Column,
                ts: Column) -> Column:
     """Whether an event at ``ts`` of a visit with an entry counts for the entry's
-    ``population``: always for the assigned one; for the qualified one when the visit was
-    exposed and the event is at or after the first exposure."""
-    return (population == ASSIGNED) | (entry_qualified & (exposed_at <= ts))
+    ``population``: always for the assigned one, for the qualified one when exposed."""
+    return (population == ASSIGNED) | _exposed(entry_qualified, exposed_at, ts)
 
 
 def event_targets(started: DataFrame, entries: DataFrame) -> DataFrame:
@@ -149,7 +154,7 @@ def event_targets(started: DataFrame, entries: DataFrame) -> DataFrame:
     joined = started.drop("experiments").join(
         entries.select(*VISIT, F.col("id").alias("experiment_id"), "variant", "qualified",
                        "exposed_at"), list(VISIT))
-    exposed = F.col("qualified") & (F.col("exposed_at") <= F.col("event_ts"))
+    exposed = _exposed(F.col("qualified"), F.col("exposed_at"), F.col("event_ts"))
     return joined.select(*kept, "experiment_id", "variant",
                          F.explode(_populations(exposed)).alias("population"))
 
