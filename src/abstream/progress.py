@@ -113,6 +113,8 @@ class RunStats:
                 if self._last_batch.get(run_id, -1) >= batch_id:
                     return
             time.sleep(0.05)
+        log.warning("no progress of micro-batch %d of query run %s after %.0f s",
+                    batch_id, run_id, timeout)
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         with self._lock:

@@ -70,7 +70,9 @@ def run_once(ctx: Context, components: Sequence[Component],
         except StreamingQueryException as exc:
             raise _failure(component.name, exc) from exc
         last = query.lastProgress
-        if last is not None:
+        # Only a trigger that ran a micro-batch posts its progress to the listener; one
+        # that found no new input reports a batch id it never ran.
+        if last is not None and "addBatch" in last["durationMs"]:
             ctx.stats.wait_for_batch(str(query.runId), int(last["batchId"]))
         log.info("%s: done in %.1f s", component.name, time.monotonic() - began)
 

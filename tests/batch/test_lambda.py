@@ -2,10 +2,8 @@
 plain-Python reference of DESIGN.md's definitions."""
 
 import json
-import os
+import logging
 import re
-import subprocess
-import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -101,22 +99,14 @@ def test_late_events_are_dropped_by_the_stream_counted_and_included_by_the_batch
     assert totals(view) == expected
 
 
-@pytest.mark.slow
-def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx):
-    """Item by item as a user runs it: the CLI, generated data with every kind of fault."""
-    data_dir = ctx.layout.root
-    env = {**os.environ, "ABSTREAM__SPARK__CONF__spark.sql.shuffle.partitions": "2"}
-    generated = subprocess.run(
-        [sys.executable, "-m", "abstream", "generate", "--events", "5000", "--seed", "21",
-         "--late-rate", "0.03", "--file-events", "1000", "--data-dir", data_dir],
-        capture_output=True, text=True, check=False, env=env)
-    assert generated.returncode == 0, generated.stderr
-    for command in (["run", "--once", "--no-exporter"], ["batch", "--all"]):
-        done = subprocess.run([sys.executable, "-m", "abstream", *command, "--data-dir",
-                               data_dir], capture_output=True, text=True, check=False,
-                              env=env, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(r"batch \d+/\d+ \[", done.stderr), "progress is shown"
+def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx, caplog):
+    """Generated data with every kind of fault, as `run --once` and `batch --all` run it."""
+    generate(GeneratorSettings(events=5_000, seed=21, late_rate=0.03, file_events=1_000),
+             Path(ctx.layout.landing))
+    run_once(ctx, pipeline_components(ctx.config))
+    with caplog.at_level(logging.INFO, logger="abstream.batch"):
+        run_batch(ctx, BatchRequest("all"))
+    assert re.search(r"batch \d+/\d+ \[", caplog.text), "progress is shown"
     assert totals(serving_view(ctx.spark, ctx.layout)) == _expected(ctx)
 
 
