@@ -123,10 +123,12 @@ SESSIONS = StructType(
     ]
 )
 
-#: The events the sessionize component carries from one micro-batch to the next: those of
-#: the visits it may have left open (the bronze columns sessions and metrics read), with the
-#: start of the visit they were counted in (``counted_in``). The next micro-batch carries on
-#: those of the visits left open (``OPEN_VISITS``).
+#: What the sessionize component writes of each micro-batch, and reads back: the events it
+#: sessionized (the bronze columns sessions and metrics read) with their visit's start and,
+#: for the events it carried from the micro-batch before, the start of the visit they were
+#: counted in then (``counted_in``). New events behind the watermark are kept as ``late``
+#: rows, counted and not sessionized. The next micro-batch carries on the events of the
+#: visits left open (``OPEN_VISITS``).
 SESSION_STATE = StructType(
     [
         StructField("session_id", StringType(), False),
@@ -139,6 +141,7 @@ SESSION_STATE = StructType(
         StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
         StructField("visit_start", TimestampType()),
         StructField("counted_in", TimestampType()),
+        StructField("late", BooleanType(), False),
     ]
 )
 

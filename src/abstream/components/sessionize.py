@@ -8,16 +8,16 @@ instead of its streaming state stores. Each micro-batch
 
 1. drops the new events behind its input watermark (the latest event time seen before the
    batch, less ``sessionize.lateness``) and counts them;
-2. sessionizes the open visits' events with the new ones (``stages.sessions``: one
-   sort by session and time) and keeps them for the micro-batch, partitioned by session;
-3. assembles their visits (kept too: a row per visit) and appends to silver those that
-   closed (their last event + ``gap`` behind the next watermark);
+2. finds the visits of the open visits' events with the new ones (``stages.sessions``) and
+   writes them, once, as the micro-batch's state snapshot;
+3. assembles their visits (cached: a row per visit) and appends to silver those that closed
+   (their last event + ``gap`` behind the next watermark);
 4. appends to gold what changed: each event's targets it had not been counted for yet (an
    event is counted as soon as it arrives, and again for a population it joins later, when
    its visit meets an experiment or an exposure: its visit's entries now against those of
    the visit it was counted in before), and the visit numbers of the visits that closed;
-5. writes the state snapshot of the micro-batch: the visits left open, with their entries,
-   and their events, which the next micro-batch carries on.
+5. writes the visits left open, with their entries, for the next micro-batch, which carries
+   on their events.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
 has its own watermark (``abstream.watermarks``): the visits held open hold back the output
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -97,21 +97,29 @@ def build(ctx: Context) -> DataStreamWriter:
         seen_before = previous.seen_until if previous is not None else None
         watermark = source_watermark(seen_before, lateness)
         late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
-        seen = batch.agg(F.count_if(late).alias("late"),
-                         F.unix_micros(F.max("event_ts")).alias("newest")).first()
-        seen_until = max((t for t in (seen_before, seen["newest"]) if t is not None),
-                         default=None)
+        new = batch.select(*sessions.SESSION_INPUT, late.alias("late"))
         held_visits = state.read(previous, OPEN)
-        held = state.read(previous, EVENTS) \
+        held = state.read(previous, EVENTS).where(~F.col("late")) \
             .join(F.broadcast(held_visits.select(*sessions.VISIT)), list(sessions.VISIT),
                   "left_semi") \
             .select(*sessions.SESSION_INPUT, F.col("visit_start").alias("counted_in"))
-        events = held.unionByName(batch.where(~late).select(
-            *sessions.SESSION_INPUT, _micros(None).alias("counted_in")))
-        # The micro-batch is sessionized once (one sort by session and time), kept
-        # partitioned by session: the aggregates per visit below need no other shuffle.
-        sessionized = sessions.with_visit_start(events, gap) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        events = held.unionByName(new.where(~F.col("late")).drop("late")
+                                  .withColumn("counted_in", _micros(None)))
+        # The late events are kept in the snapshot, marked, so that the micro-batch reads
+        # bronze once: they are counted there and go no further.
+        behind = new.where("late").select(*sessions.SESSION_INPUT, _micros(None).alias(
+            "visit_start"), _micros(None).alias("counted_in"), "late")
+        seen = Observation()
+        state.write(batch_id, EVENTS, sessions.with_visit_start(events, gap)
+                    .withColumn("late", F.lit(False)).unionByName(behind)
+                    .observe(seen, F.count_if("late").alias("late"),
+                             F.unix_micros(F.max("event_ts")).alias("newest")))
+        counts = seen.get
+        seen_until = max((t for t in (seen_before, counts["newest"]) if t is not None),
+                         default=None)
+        # Everything below reads the snapshot just written: the micro-batch is sessionized
+        # once.
+        sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
         visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             closing_at = source_watermark(seen_until, lateness)
@@ -129,18 +137,11 @@ def build(ctx: Context) -> DataStreamWriter:
             append_gold(metrics.with_lineage(metrics.experiment_metrics(
                 fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
                 SPEED), writer_id, batch_id)
-            # The events of the visits that started no earlier than the earliest one left
-            # open: those of the open visits and maybe a few of closed ones, which the next
-            # micro-batch leaves out by the open visits.
-            carried = F.lit(False) if kept["earliest"] is None else \
-                F.col("visit_start") >= _micros(kept["earliest"])
-            state.write(batch_id, EVENTS, sessionized.where(carried))
             state.write(batch_id, OPEN, visits.where(still_open))
         finally:
             visits.unpersist()
-            sessionized.unpersist()
         state.complete(batch_id, seen_until)
-        report = {"visits": kept["closing"], LATE: seen["late"], STATE_ROWS: kept["rows"] or 0}
+        report = {"visits": kept["closing"], LATE: counts["late"], STATE_ROWS: kept["rows"] or 0}
         # Gold reads the events (not held) and the visits (held back to the earliest event
         # still open): its input watermark is the lower of the two.
         gold_watermark = input_watermark(

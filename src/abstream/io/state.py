@@ -81,8 +81,12 @@ class StateSnapshots:
         """The rows of ``part`` in ``snapshot`` (none for None)."""
         if snapshot is None:
             return self.spark.createDataFrame([], self.schemas[part])
+        return self.read_written(snapshot.batch, part)
+
+    def read_written(self, batch_id: int, part: str) -> DataFrame:
+        """The rows of ``part`` written for ``batch_id``, complete or not."""
         return self.spark.read.schema(self.schemas[part]).parquet(
-            posixpath.join(self._folder(snapshot.batch), part))
+            posixpath.join(self._folder(batch_id), part))
 
     def write(self, batch_id: int, part: str, rows: DataFrame) -> None:
         """Write ``part`` of the state after ``batch_id`` (again, when the batch is
