@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
@@ -25,6 +26,14 @@ FRESHNESS_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 3600, 21600, 86400)
 _LONG_MEASURES = ("events", "pageviews", "add_to_carts", "orders", "units", "errors",
                   "page_load_ms_sum", "page_load_count", "visits", "bounces", "error_visits")
 _MONEY_MEASURES = {"revenue": MONEY_TOTAL, "revenue_sq": MONEY_SQUARED}
+
+
+def _none(name: str) -> Column:
+    return F.lit(None).cast(_MONEY_MEASURES.get(name, "long")).alias(name)
+
+
+def _total(name: str, kind: DataType | str) -> Column:
+    return F.coalesce(F.sum(name), F.lit(0)).cast(kind).alias(name)
 
 
 @dataclass(frozen=True)
@@ -54,9 +63,12 @@ EVENT_INPUT = ("event_ts", "visitor_id", "type", "revenue", "units", "page_load_
 
 
 def _event_facts(events: DataFrame) -> DataFrame:
+    """A row per event and target. A measure an event does not have (no revenue, no
+    units, no page load, no visit) is NULL, not 0: sums skip NULLs, so the wide decimal
+    sums and the squares are only worked out for the events with revenue."""
     is_type = {kind: (F.col("type") == kind).cast("long")
                for kind in ("pageview", "add_to_cart", "order", "error")}
-    revenue = F.coalesce(F.col("revenue"), F.lit(0)).cast(MONEY_TOTAL)
+    revenue = F.col("revenue").cast(MONEY_TOTAL)
     return events.select(
         F.col("event_ts").alias("ts"),
         "visitor_id",
@@ -67,27 +79,23 @@ def _event_facts(events: DataFrame) -> DataFrame:
         is_type["order"].alias("orders"),
         revenue.alias("revenue"),
         (revenue * revenue).cast(MONEY_SQUARED).alias("revenue_sq"),
-        F.coalesce(F.col("units"), F.lit(0)).cast("long").alias("units"),
+        F.col("units").cast("long").alias("units"),
         is_type["error"].alias("errors"),
-        F.coalesce(F.col("page_load_ms"), F.lit(0)).cast("long").alias("page_load_ms_sum"),
+        F.col("page_load_ms").cast("long").alias("page_load_ms_sum"),
         F.col("page_load_ms").isNotNull().cast("long").alias("page_load_count"),
-        F.lit(0).cast("long").alias("visits"),
-        F.lit(0).cast("long").alias("bounces"),
-        F.lit(0).cast("long").alias("error_visits"),
+        *(_none(name) for name in ("visits", "bounces", "error_visits")),
     )
 
 
 def _visit_facts(visits: DataFrame) -> DataFrame:
-    zero = F.lit(0).cast("long")
+    """A row per visit and target: its visit measures, NULL for the event ones."""
     return visits.select(
         F.col("visit_start").alias("ts"),
         F.lit(None).cast("string").alias("visitor_id"),
         *TARGET,
-        *(zero.alias(name) for name in ("events", "pageviews", "add_to_carts", "orders")),
-        F.lit(0).cast(MONEY_TOTAL).alias("revenue"),
-        F.lit(0).cast(MONEY_SQUARED).alias("revenue_sq"),
-        *(zero.alias(name) for name in ("units", "errors", "page_load_ms_sum",
-                                        "page_load_count")),
+        *(_none(name) for name in ("events", "pageviews", "add_to_carts", "orders",
+                                   "revenue", "revenue_sq", "units", "errors",
+                                   "page_load_ms_sum", "page_load_count")),
         F.lit(1).cast("long").alias("visits"),
         F.col("is_bounce").cast("long").alias("bounces"),
         F.col("is_error_visit").cast("long").alias("error_visits"),
@@ -106,7 +114,9 @@ def experiment_metrics(
 
     ``visitors`` is the HLL sketch's estimate, or with ``exact_visitors`` (batch only: a
     distinct count cannot be added up from increments) the exact distinct count; the sketch
-    is kept either way, so windows and increments can be merged.
+    is kept either way, so windows and increments can be merged. The exact count sums each
+    visitor's rows first and then counts the visitors, one row each: a distinct count next
+    to the other aggregates would make Spark expand every row in two.
     """
     facts = []
     if events is not None:
@@ -116,16 +126,18 @@ def experiment_metrics(
     if not facts:
         raise ValueError("experiment_metrics needs events, visits or both")
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
+    keys = [windowing.window(F.col("ts")).alias("window"), *TARGET]
+    if exact_visitors:
+        union = union.groupBy(*keys, "visitor_id").agg(
+            *(F.sum(name).alias(name) for name in (*_LONG_MEASURES, *_MONEY_MEASURES)))
+        keys = ["window", *TARGET]
     visitor = F.col("visitor_id")
     measures = [F.hll_sketch_agg(visitor, hll_lg_k).alias("visitors_sketch")]
     if exact_visitors:
-        measures.append(F.count_distinct(visitor).alias("visitors"))
-    measures += [F.sum(name).cast("long").alias(name) for name in _LONG_MEASURES]
-    measures += [F.sum(name).cast(kind).alias(name) for name, kind in _MONEY_MEASURES.items()]
-    rows = (
-        union.groupBy(windowing.window(F.col("ts")).alias("window"), *TARGET)
-        .agg(*measures)
-    )
+        measures.append(F.count(visitor).alias("visitors"))
+    measures += [_total(name, "long") for name in _LONG_MEASURES]
+    measures += [_total(name, kind) for name, kind in _MONEY_MEASURES.items()]
+    rows = union.groupBy(*keys).agg(*measures)
     return rows.select(
         "experiment_id", "variant", "population",
         F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
