@@ -106,6 +106,7 @@ class BatchSettings(_Section):
     """bronze -> batch-layer sessions and gold rows for closed event-time ranges."""
 
     chunk: Duration = timedelta(days=1)
+    chunk_events: int = Field(default=2_000_000, ge=1)
     closed_after: Duration = timedelta(hours=1)
     lookahead: Duration = timedelta(hours=12)
 

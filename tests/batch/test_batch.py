@@ -76,7 +76,8 @@ def test_rerunning_a_range_leaves_identical_tables(ctx):
 
 
 def test_since_last_takes_closed_ranges_then_only_what_changed(ctx):
-    ctx = reconfigure(ctx, "batch", chunk=timedelta(hours=1), closed_after=timedelta(hours=1))
+    ctx = reconfigure(ctx, "batch", chunk=timedelta(hours=1), chunk_events=1,
+                      closed_after=timedelta(hours=1))
     ingest(ctx, "hourly", [(f"s{hour}", at(hour)) for hour in range(7)])
 
     first = run_batch(ctx, BatchRequest("since_last"))

@@ -26,6 +26,16 @@ def test_chunks_cover_the_range_cut_at_multiples_of_their_size():
                       TimeRange(t(12), t(13, 30))]
 
 
+def test_chunks_with_few_events_are_joined_up_to_the_most_events_a_chunk_holds():
+    six = timedelta(hours=6)
+    per_piece = {t(0): 50, t(6): 30, t(12): 100, t(18): 10}
+    span = TimeRange(t(1, 5), t(23))
+    assert span.chunks(six, per_piece, most=100) == [
+        TimeRange(t(1, 5), t(12)), TimeRange(t(12), t(18)), TimeRange(t(18), t(23))]
+    assert span.chunks(six, per_piece, most=1_000) == [span]
+    assert span.chunks(six, per_piece, most=1) == span.chunks(six)
+
+
 def test_union_merges_overlapping_and_adjacent_ranges():
     assert union([TimeRange(t(5), t(6)), TimeRange(t(1), t(2)), TimeRange(t(2), t(3)),
                   TimeRange(t(2, 30), t(4))]) == [TimeRange(t(1), t(4)), TimeRange(t(5), t(6))]

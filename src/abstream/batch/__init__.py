@@ -13,6 +13,7 @@ import posixpath
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -69,12 +70,14 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class Bronze:
-    """One snapshot of bronze: what every chunk of a run reads."""
+    """One snapshot of bronze: what every chunk of a run reads, and how many events each
+    multiple of ``batch.chunk`` holds (by its start)."""
 
     frame: DataFrame
     version: int
     first: datetime | None
     last: datetime | None
+    per_chunk: Mapping[datetime, int] = field(default_factory=dict)
 
     @property
     def end(self) -> datetime:
@@ -95,10 +98,16 @@ def read_bronze(ctx: Context) -> Bronze:
     path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
     version = DeltaTable.forPath(ctx.spark, path).history(1).first()["version"]
     frame = ctx.spark.read.format("delta").option("versionAsOf", version).load(path)
-    first, last = frame.agg(F.unix_micros(F.min("event_ts")),
-                            F.unix_micros(F.max("event_ts"))).first()
-    return Bronze(frame, int(version), None if first is None else from_micros(first),
-                  None if last is None else from_micros(last))
+    micros = F.unix_micros("event_ts")
+    size = _chunk_size(ctx.config) // timedelta(microseconds=1)
+    rows = frame.groupBy((micros - F.pmod(micros, F.lit(size))).alias("chunk")).agg(
+        F.min(micros).alias("first"), F.max(micros).alias("last"),
+        F.count(F.lit(1)).alias("events")).collect()
+    if not rows:
+        return Bronze(frame, int(version), None, None)
+    return Bronze(frame, int(version), from_micros(min(row["first"] for row in rows)),
+                  from_micros(max(row["last"] for row in rows)),
+                  {from_micros(row["chunk"]): row["events"] for row in rows})
 
 
 def plan(ctx: Context, request: BatchRequest, bronze: Bronze,
@@ -174,7 +183,9 @@ def run_batch(ctx: Context, request: BatchRequest, stop: threading.Event | None 
     began = time.monotonic()
     bronze = read_bronze(ctx)
     result = BatchResult(ranges=plan(ctx, request, bronze, now))
-    chunks = [chunk for span in result.ranges for chunk in span.chunks(_chunk_size(ctx.config))]
+    chunks = [chunk for span in result.ranges
+              for chunk in span.chunks(_chunk_size(ctx.config), bronze.per_chunk,
+                                       ctx.config.batch.chunk_events)]
     if not chunks or bronze.first is None:
         log.info("batch: nothing to compute (bronze %s)",
                  "is empty" if bronze.first is None else

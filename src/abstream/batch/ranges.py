@@ -6,7 +6,7 @@ slide, or the window length when windows tumble) so a range holds whole windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -40,13 +40,25 @@ class TimeRange:
         """The smallest range of whole steps holding ``[start, end)``."""
         return cls(floor_to(start, step), ceil_to(end, step))
 
-    def chunks(self, size: timedelta) -> list[TimeRange]:
-        """The range cut at the multiples of ``size``, so that every run cuts the same way."""
-        pieces = []
+    def chunks(self, size: timedelta, events: Mapping[datetime, int] | None = None,
+               most: int | None = None) -> list[TimeRange]:
+        """The range cut at the multiples of ``size``, so that every run cuts the same way.
+
+        Given ``events`` (how many events each multiple of ``size`` holds, by its start) and
+        ``most``, adjacent pieces are joined again while together they hold at most
+        ``most`` events: a quiet stretch is one chunk, not one per ``size``."""
+        pieces: list[TimeRange] = []
+        held = 0
         start = self.start
         while start < self.end:
             end = min(floor_to(start, size) + size, self.end)
-            pieces.append(TimeRange(start, end))
+            count = 0 if events is None else events.get(floor_to(start, size), 0)
+            if pieces and most is not None and held + count <= most:
+                pieces[-1] = TimeRange(pieces[-1].start, end)
+                held += count
+            else:
+                pieces.append(TimeRange(start, end))
+                held = count
             start = end
         return pieces
 
