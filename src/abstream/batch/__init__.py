@@ -192,8 +192,9 @@ def run_batch(ctx: Context, request: BatchRequest, stop: threading.Event | None 
                  f"up to {bronze.last:%Y-%m-%d %H:%M:%S} is covered")
         result.seconds = time.monotonic() - began
         return result
-    log.info("batch: %s in %d chunks, from bronze version %d",
-             ", ".join(map(str, result.ranges)), len(chunks), bronze.version)
+    log.info("batch: %s in %d chunk%s, from bronze version %d",
+             ", ".join(map(str, result.ranges)), len(chunks), "" if len(chunks) == 1 else "s",
+             bronze.version)
     run_id = uuid.uuid4().hex
     tables = Tables(ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout),
                     ensure_table(ctx.spark, METRICS_TABLE, ctx.layout))
