@@ -31,20 +31,20 @@ BATCH = "batch"
 
 @dataclass(frozen=True)
 class Recomputed:
-    """One range's batch-layer rows and what they depend on. The events read (on disk) and
-    the visits (cached) stay until ``release``; ``counts`` fills in (events, gold rows) once gold
-    has been written."""
+    """One range's batch-layer rows and what they depend on. The sessionized events (on
+    disk) and the assembled visits (cached) stay until ``release``; ``counts`` fills in
+    (events, gold rows) once gold has been written."""
 
     visits: DataFrame
     gold: DataFrame
     counts: Observation
     depends_from: datetime
     depends_until: datetime
-    cached: tuple[DataFrame, ...]
+    events_on_disk: DataFrame
+    visits_cached: DataFrame
 
     def release(self) -> None:
-        for frame in self.cached:
-            _release(frame)
+        _free(self.events_on_disk, self.visits_cached)
 
 
 def _on_disk(frame: DataFrame) -> DataFrame:
@@ -55,14 +55,11 @@ def _on_disk(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
-def _release(frame: DataFrame) -> None:
-    """Free a cached frame, or the disk blocks of one from ``_on_disk`` (a local checkpoint
-    has no Python handle of its own: its blocks are the RDD under its plan)."""
-    plan = frame._jdf.queryExecution().logical()
-    if plan.getClass().getSimpleName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
-    else:
-        frame.unpersist()
+def _free(on_disk: DataFrame, cached: DataFrame) -> None:
+    """Drop the disk blocks of a frame from ``_on_disk`` (a local checkpoint has no Python
+    handle of its own: its blocks are the RDD under its plan) and a cached frame."""
+    on_disk._jdf.queryExecution().logical().rdd().unpersist(False)
+    cached.unpersist()
 
 
 def micros(ts: datetime) -> Column:
@@ -116,8 +113,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
             break
         log.info("a visit runs on past %s: reading the rest of bronze",
                  read.start if cut_before else read.end)
-        _release(visits)
-        _release(started)
+        _free(started, visits)
         read = TimeRange(data.start if cut_before else read.start,
                          data.end if cut_after else read.end)
 
@@ -139,5 +135,6 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         counts=counts,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),
-        cached=(visits, started),
+        events_on_disk=started,
+        visits_cached=visits,
     )

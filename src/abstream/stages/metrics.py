@@ -28,12 +28,16 @@ _LONG_MEASURES = ("events", "pageviews", "add_to_carts", "orders", "units", "err
 _MONEY_MEASURES = {"revenue": MONEY_TOTAL, "revenue_sq": MONEY_SQUARED}
 
 
-def _none(name: str) -> Column:
-    return F.lit(None).cast(_MONEY_MEASURES.get(name, "long")).alias(name)
+def _kind(measure: str) -> DataType | str:
+    return _MONEY_MEASURES.get(measure, "long")
 
 
-def _total(name: str, kind: DataType | str) -> Column:
-    return F.coalesce(F.sum(name), F.lit(0)).cast(kind).alias(name)
+def _none(measure: str) -> Column:
+    return F.lit(None).cast(_kind(measure)).alias(measure)
+
+
+def _total(measure: str) -> Column:
+    return F.coalesce(F.sum(measure), F.lit(0)).cast(_kind(measure)).alias(measure)
 
 
 @dataclass(frozen=True)
@@ -135,8 +139,7 @@ def experiment_metrics(
     measures = [F.hll_sketch_agg(visitor, hll_lg_k).alias("visitors_sketch")]
     if exact_visitors:
         measures.append(F.count(visitor).alias("visitors"))
-    measures += [_total(name, "long") for name in _LONG_MEASURES]
-    measures += [_total(name, kind) for name, kind in _MONEY_MEASURES.items()]
+    measures += [_total(name) for name in (*_LONG_MEASURES, *_MONEY_MEASURES)]
     rows = union.groupBy(*keys).agg(*measures)
     return rows.select(
         "experiment_id", "variant", "population",
