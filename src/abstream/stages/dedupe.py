@@ -2,9 +2,11 @@
 received shortly before.
 
 Only the narrow ids are shuffled: one small job counts the batch's ids and probes bronze's
-recent ids with them (broadcast), and brings back the repeats it finds (few, usually a
-handful). The wide rows are then filtered against those, and only the copies of an id the
-batch holds more than once are shuffled.
+recent ids with them, and brings back the repeats it finds (few, usually a handful). The
+probe broadcasts the 64-bit hashes of the batch's ids, not the ids: a long key is cheaper to
+broadcast, build and look up than a string, and the bronze ids it brings back are only
+candidates, matched exactly when the batch is filtered. The wide rows are then filtered
+against those, and only the copies of an id the batch holds more than once are shuffled.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ def _find_repeats(events: DataFrame, seen: DataFrame | None) -> _Repeats:
     copies = events.groupBy("event_id").agg(F.count(F.lit(1)).alias("copies"))
     found = copies.where(F.col("copies") > 1).select("event_id", F.lit(False).alias("earlier"))
     if seen is not None:
-        # The batch's ids are broadcast and bronze's ids probed as read: no shuffle of them.
+        # The hashes of the batch's ids are broadcast and bronze's ids probed as read: no
+        # shuffle of them. A bronze id whose hash is the batch's is a candidate; a candidate
+        # that no batch id equals (another id with the same hash) drops nothing.
+        hashed = F.xxhash64("event_id").alias("hash")
         found = found.unionByName(
-            F.broadcast(copies.select("event_id")).join(seen, "event_id").distinct()
-            .select("event_id", F.lit(True).alias("earlier")))
+            F.broadcast(events.select(hashed)).join(seen.select("event_id", hashed), "hash")
+            .select("event_id").distinct().select("event_id", F.lit(True).alias("earlier")))
     earlier, within = set(), set()
     for row in found.collect():
         (earlier if row["earlier"] else within).add(row["event_id"])
