@@ -1,0 +1,42 @@
+"""The Delta tables keep file statistics of the columns the pipeline filters on only."""
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField
+
+from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, ensure_table
+from abstream.layout import Layout
+
+
+def _stats_of_first_file(path: str) -> dict:
+    for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                return json.loads(action["add"]["stats"])
+    raise AssertionError(f"no data file in {path}")
+
+
+def _any_value(field: StructField) -> Column:
+    """A value of the field's type (NULL where the field allows it)."""
+    kind = field.dataType.simpleString()
+    value = F.lit(None) if field.nullable else F.expr(
+        {"string": "'x'", "timestamp": "current_timestamp()", "date": "current_date()",
+         "boolean": "false"}.get(kind, "0") if not kind.startswith("array") else "array()")
+    return value.cast(field.dataType).alias(field.name)
+
+
+@pytest.mark.parametrize("spec", [EVENTS_TABLE, METRICS_TABLE], ids=lambda s: s.name)
+def test_an_append_keeps_statistics_of_the_filtered_columns_only(spark, tmp_path, spec):
+    path = ensure_table(spark, spec, Layout.of(tmp_path))
+    schema = spark.read.format("delta").load(path).schema
+    spark.range(1).select(*(_any_value(f) for f in schema.fields)) \
+        .write.format("delta").mode("append").save(path)
+
+    stats = _stats_of_first_file(path)
+
+    assert set(stats["nullCount"]) == set(spec.stats_columns)
