@@ -45,6 +45,7 @@ def test_events_behind_the_watermark_are_dropped_and_counted(ctx):
     stats = ctx.stats.as_dict()["sessionize"]
     assert stats["state_rows"] == 1, "the event of s2 is held: its visit is still open"
     assert ("s3", 1) not in _visits(ctx)
+    assert stats["input_rows"] == 3, "each micro-batch reads its bronze events once"
 
 
 def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):

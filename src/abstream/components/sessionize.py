@@ -97,21 +97,19 @@ def build(ctx: Context) -> DataStreamWriter:
         seen_before = previous.seen_until if previous is not None else None
         watermark = source_watermark(seen_before, lateness)
         late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
-        new = batch.select(*sessions.SESSION_INPUT, late.alias("late"))
+        new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
+                           late.alias("late"))
         held_visits = state.read(previous, OPEN)
         held = state.read(previous, EVENTS).where(~F.col("late")) \
             .join(F.broadcast(held_visits.select(*sessions.VISIT)), list(sessions.VISIT),
                   "left_semi") \
-            .select(*sessions.SESSION_INPUT, F.col("visit_start").alias("counted_in"))
-        events = held.unionByName(new.where(~F.col("late")).drop("late")
-                                  .withColumn("counted_in", _micros(None)))
-        # The late events are kept in the snapshot, marked, so that the micro-batch reads
-        # bronze once: they are counted there and go no further.
-        behind = new.where("late").select(*sessions.SESSION_INPUT, _micros(None).alias(
-            "visit_start"), _micros(None).alias("counted_in"), "late")
+            .select(*sessions.SESSION_INPUT, F.col("visit_start").alias("counted_in"), "late")
+        # The late events are kept in the snapshot, marked and in no visit, so that the
+        # micro-batch reads bronze once: they are counted there and go no further.
+        started = sessions.with_visit_start(held.unionByName(new), gap, apart=("late",))
         seen = Observation()
-        state.write(batch_id, EVENTS, sessions.with_visit_start(events, gap)
-                    .withColumn("late", F.lit(False)).unionByName(behind)
+        state.write(batch_id, EVENTS, started
+                    .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
                     .observe(seen, F.count_if("late").alias("late"),
                              F.unix_micros(F.max("event_ts")).alias("newest")))
         counts = seen.get

@@ -40,9 +40,11 @@ def _count(kind: str) -> Column:
     return F.count_if(F.col("type") == kind)
 
 
-def with_visit_start(events: DataFrame, gap: timedelta) -> DataFrame:
-    """``events`` with ``visit_start``, the time of the first event of their visit."""
-    by_time = Window.partitionBy("session_id").orderBy("event_ts")
+def with_visit_start(events: DataFrame, gap: timedelta, apart: tuple[str, ...] = ()
+                     ) -> DataFrame:
+    """``events`` with ``visit_start``, the time of the first event of their visit; events
+    that differ in the ``apart`` columns are never in one visit."""
+    by_time = Window.partitionBy("session_id", *apart).orderBy("event_ts")
     micros = F.unix_micros("event_ts")
     gap_micros = gap // timedelta(microseconds=1)
     starts = F.when(F.coalesce(micros - F.lag(micros).over(by_time) > gap_micros, F.lit(True)),
