@@ -8,12 +8,14 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from abstream.batch import BatchRequest, BatchResult, run_batch
 from abstream.components import pipeline_components
+from abstream.components.base import Context
 from abstream.config import Config
 from abstream.errors import UsageError
 from abstream.generator import GenerationSummary, GeneratorSettings, generate
@@ -94,34 +96,45 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
     prepare_data_dir(layout.local())
     landing = layout.local(layout.landing)
 
-    log.info("generating %s beacons (seed %d, effects %s) into %s", f"{events:,}", seed,
-             ", ".join(f"{k}={v:+.0%}" for k, v in effects.items()) or "none", landing)
-    generated = generate(
-        GeneratorSettings(events=events, seed=seed, effects=effects), landing,
-        progress=lambda n: log.debug("generated %s records", f"{n:,}"),
-    )
-    log.info("generated %s records in %.1f s: %s events, %s duplicates, %s malformed, %s late",
-             f"{generated.records:,}", generated.seconds, f"{generated.events:,}",
-             f"{generated.duplicates:,}", f"{generated.malformed:,}", f"{generated.late:,}")
+    log.info("generating %s beacons (seed %d, effects %s) into %s, starting Spark (%s) "
+             "meanwhile", f"{events:,}", seed,
+             ", ".join(f"{k}={v:+.0%}" for k, v in effects.items()) or "none", landing,
+             config.spark.master)
+    settings = GeneratorSettings(events=events, seed=seed, effects=effects)
+    settings.validate()
+    # The generator is Python and the JVM starts in its own process: one runs during the
+    # other's start-up instead of after it.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="generator") as generator:
+        generating = generator.submit(generate, settings, landing,
+                                      lambda n: log.debug("generated %s records", f"{n:,}"))
+        with pipeline(config) as ctx:
+            generated = generating.result()
+            log.info("generated %s records in %.1f s: %s events, %s duplicates, "
+                     "%s malformed, %s late", f"{generated.records:,}", generated.seconds,
+                     f"{generated.events:,}", f"{generated.duplicates:,}",
+                     f"{generated.malformed:,}", f"{generated.late:,}")
+            return _run(ctx, layout, generated, began, stop)
 
-    log.info("starting Spark (%s)", config.spark.master)
-    with pipeline(config) as ctx:
-        run_once(ctx, pipeline_components(ctx.config), stop)
-        log.info("batch layer: recomputing everything in bronze")
-        batch = run_batch(ctx, BatchRequest("all"), stop)
-        spark = ctx.spark
-        gold = read_table(spark, METRICS_TABLE, layout).where("layer = 'speed'")
-        log.info("report: every variant against control")
-        report = build_report(spark, layout, config)
-        return DemoResult(
-            generated=generated,
-            bronze_rows=read_table(spark, EVENTS_TABLE, layout).count(),
-            rejected_rows=read_table(spark, REJECTED_TABLE, layout).count(),
-            duplicate_rows=ctx.stats.component("ingest").duplicates_dropped,
-            visits=read_table(spark, SESSIONS_TABLE, layout).where("layer = 'speed'").count(),
-            gold_rows=gold.count(),
-            elapsed_seconds=time.monotonic() - began,
-            report=report,
-            batch=batch,
-            components=ctx.stats.as_dict(),
-        )
+
+def _run(ctx: Context, layout: Layout, generated: GenerationSummary, began: float,
+         stop: threading.Event | None) -> DemoResult:
+    """The speed layer, the batch layer and the report over the generated beacons."""
+    run_once(ctx, pipeline_components(ctx.config), stop)
+    log.info("batch layer: recomputing everything in bronze")
+    batch = run_batch(ctx, BatchRequest("all"), stop)
+    spark = ctx.spark
+    gold = read_table(spark, METRICS_TABLE, layout).where("layer = 'speed'")
+    log.info("report: every variant against control")
+    report = build_report(spark, layout, ctx.config)
+    return DemoResult(
+        generated=generated,
+        bronze_rows=read_table(spark, EVENTS_TABLE, layout).count(),
+        rejected_rows=read_table(spark, REJECTED_TABLE, layout).count(),
+        duplicate_rows=ctx.stats.component("ingest").duplicates_dropped,
+        visits=read_table(spark, SESSIONS_TABLE, layout).where("layer = 'speed'").count(),
+        gold_rows=gold.count(),
+        elapsed_seconds=time.monotonic() - began,
+        report=report,
+        batch=batch,
+        components=ctx.stats.as_dict(),
+    )

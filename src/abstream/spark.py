@@ -75,6 +75,9 @@ def spark_session(settings: SparkSettings) -> SparkSession:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers (if any) run in this interpreter's environment.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # The JVM's native allocations (hundreds of threads) spread over glibc's default
+        # 8 arenas per core otherwise, and its resident memory grows with the run.
+        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     conf["spark.driver.extraJavaOptions"] = _log4j_options()
     if settings.manage_jars:
         conf.update(jars.jar_conf(settings))
