@@ -54,6 +54,7 @@ def measure(events: int, seed: int) -> dict[str, Any]:
         **speed_layer_rates(records, result["seconds"]),
         "peak_rss_mb": result["peak_rss_mb"],
         "state_rows": result["state_rows"],
+        "peak_state_rows": result["peak_state_rows"],
         "state_disk_bytes": result["state_disk_bytes"],
         "written": result["written"],
         "machine": machine(),
@@ -101,8 +102,9 @@ def chart(points: list[dict[str, Any]], path: Path) -> None:
     bottom = [0.0] * len(points)
     for component in COMPONENTS:
         part = [p["seconds"][component.name] for p in points]
-        time_axis.bar([str(m) for m in millions], part, bottom=bottom, label=component.name)
+        time_axis.bar(range(len(points)), part, bottom=bottom, label=component.name)
         bottom = [b + x for b, x in zip(bottom, part, strict=True)]
+    time_axis.set_xticks(range(len(points)), [f"{m:g}" for m in millions])
     time_axis.set(title="time (s), stacked per component", xlabel="million beacons")
     time_axis.legend()
     rate_axis.plot(millions, [p["end_to_end_events_per_s"] for p in points], "o-",
@@ -116,9 +118,10 @@ def chart(points: list[dict[str, Any]], path: Path) -> None:
     memory_axis.set(title="peak resident memory (MB)", xlabel="million beacons",
                     xscale="log", ylim=(0, None))
     for component in COMPONENTS:
-        state_axis.plot(millions, [p["state_rows"][component.name] for p in points], "o-",
-                        label=component.name)
-    state_axis.set(title="state rows at the end", xlabel="million beacons", xscale="log",
+        state_axis.plot(millions, [p["peak_state_rows"][component.name] for p in points],
+                        "o-", label=component.name)
+    state_axis.set(title="most state rows after a micro-batch", xlabel="million beacons",
+                   xscale="log",
                    ylim=(0, None))
     state_axis.legend()
     figure.suptitle(f"abstream speed layer, run --once, {points[0]['machine']}")
@@ -129,9 +132,9 @@ def chart(points: list[dict[str, Any]], path: Path) -> None:
 def print_table(result: dict[str, Any]) -> None:
     names = [c.name for c in COMPONENTS]
     print(f"\n{'beacons':>11} " + " ".join(f"{n + ' s':>13}" for n in names)
-          + f" {'total s':>9} {'events/s':>9} {'peak RSS MB':>12} {'state rows':>24}")
+          + f" {'total s':>9} {'events/s':>9} {'peak RSS MB':>12} {'peak state rows':>24}")
     for p in result["points"]:
-        state = "/".join(f"{p['state_rows'][n]:,}" for n in names)
+        state = "/".join(f"{p['peak_state_rows'][n]:,}" for n in names)
         print(f"{p['events']:>11,} " + " ".join(f"{p['seconds'][n]:>13.1f}" for n in names)
               + f" {p['seconds']['end_to_end']:>9.1f} {p['end_to_end_events_per_s']:>9,}"
               + f" {p['peak_rss_mb']:>12,} {state:>24}")

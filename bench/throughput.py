@@ -123,6 +123,7 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
         "rows_in": {name: stats[name]["input_rows"] for name in seconds},
         "written": {name: stats[name]["written"] for name in seconds},
         "state_rows": {name: stats[name]["state_rows"] for name in seconds},
+        "peak_state_rows": {name: stats[name]["peak_state_rows"] for name in seconds},
         "state_memory_bytes": {name: stats[name]["state_memory_bytes"] for name in seconds},
         "state_disk_bytes": {name: folder_bytes(Path(layout.checkpoint(name)) / "state")
                              for name in seconds},

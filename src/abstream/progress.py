@@ -47,6 +47,8 @@ class ComponentStats:
     #: Rows and memory of the query's state stores at its last micro-batch.
     state_rows: int = 0
     state_memory_bytes: int = 0
+    #: The most state rows after any of its micro-batches.
+    peak_state_rows: int = 0
 
     @property
     def rows_per_second(self) -> float:
@@ -98,6 +100,7 @@ class RunStats:
                 stats.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in operators)
                 stats.state_memory_bytes = sum(int(op.get("memoryUsedBytes") or 0)
                                                for op in operators)
+            stats.peak_state_rows = max(stats.peak_state_rows, stats.state_rows)
             for op in operators:
                 stats.late_rows_dropped += int(op.get("numRowsDroppedByWatermark") or 0)
                 custom = op.get("customMetrics") or {}
@@ -128,6 +131,7 @@ class RunStats:
                     "rows_per_second": round(s.rows_per_second),
                     "written": dict(s.written),
                     "state_rows": s.state_rows,
+                    "peak_state_rows": s.peak_state_rows,
                     "state_memory_bytes": s.state_memory_bytes,
                 }
                 for name, s in self._components.items()

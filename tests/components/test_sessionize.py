@@ -57,4 +57,7 @@ def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert ("long", 6) in _visits(ctx)
     assert len(_visits(ctx)) == 7
+    stats = ctx.stats.as_dict()["sessionize"]
+    assert stats["peak_state_rows"] == 8, "long's six events and the two visits before it"
+    assert stats["state_rows"] == 1, "only the visit at +9 h is still open"
     assert ctx.stats.component("sessionize").batches >= 7
