@@ -197,9 +197,12 @@ def run_to_end(query: StreamingQuery, name: str, began: float) -> float:
 
 
 def process_tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants."""
+    """Resident bytes of ``root`` and all its descendants, each address space once: a child
+    the JVM spawns (vfork) shares the JVM's memory until it runs its program, and /proc
+    shows it with the JVM's size and resident pages, exactly."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    memory: dict[int, tuple[str, ...]] = {}
+    parents: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -209,14 +212,17 @@ def process_tree_rss(root: int) -> int:
             statm = (entry / "statm").read_text().split()
         except OSError:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-        rss[int(entry.name)] = int(statm[1]) * page
+        pid, parent = int(entry.name), int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(pid)
+        parents[pid] = parent
+        memory[pid] = tuple(statm[:3])
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
         todo.extend(children.get(pid, []))
+        if pid not in memory or (pid != root and memory[pid] == memory.get(parents[pid])):
+            continue
+        total += int(memory[pid][1]) * page
     return total
 
 
