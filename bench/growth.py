@@ -121,8 +121,7 @@ def chart(points: list[dict[str, Any]], path: Path) -> None:
         state_axis.plot(millions, [p["peak_state_rows"][component.name] for p in points],
                         "o-", label=component.name)
     state_axis.set(title="most state rows after a micro-batch", xlabel="million beacons",
-                   xscale="log",
-                   ylim=(0, None))
+                   xscale="log", ylim=(0, None))
     state_axis.legend()
     figure.suptitle(f"abstream speed layer, run --once, {points[0]['machine']}")
     figure.tight_layout()

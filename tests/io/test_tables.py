@@ -21,13 +21,21 @@ def _stats_of_first_file(path: str) -> dict:
     raise AssertionError(f"no data file in {path}")
 
 
+#: A SQL literal of each non-nullable type the tables have (numbers: 0).
+_LITERALS = {"string": "'x'", "timestamp": "current_timestamp()", "date": "current_date()",
+             "boolean": "false"}
+
+
 def _any_value(field: StructField) -> Column:
     """A value of the field's type (NULL where the field allows it)."""
     kind = field.dataType.simpleString()
-    value = F.lit(None) if field.nullable else F.expr(
-        {"string": "'x'", "timestamp": "current_timestamp()", "date": "current_date()",
-         "boolean": "false"}.get(kind, "0") if not kind.startswith("array") else "array()")
-    return value.cast(field.dataType).alias(field.name)
+    if field.nullable:
+        sql = "NULL"
+    elif kind.startswith("array"):
+        sql = "array()"
+    else:
+        sql = _LITERALS.get(kind, "0")
+    return F.expr(sql).cast(field.dataType).alias(field.name)
 
 
 @pytest.mark.parametrize("spec", [EVENTS_TABLE, METRICS_TABLE], ids=lambda s: s.name)

@@ -47,7 +47,7 @@ def _find_repeats(events: DataFrame, seen: DataFrame | None) -> _Repeats:
         hashed = F.xxhash64("event_id").alias("hash")
         found = found.unionByName(
             F.broadcast(events.select(hashed)).join(seen.select("event_id", hashed), "hash")
-            .select("event_id").distinct().select("event_id", F.lit(True).alias("earlier")))
+            .select("event_id", F.lit(True).alias("earlier")).distinct())
     earlier, within = set(), set()
     for row in found.collect():
         (earlier if row["earlier"] else within).add(row["event_id"])
