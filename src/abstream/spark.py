@@ -47,9 +47,19 @@ _LOCAL_ONLY_CONF = {
 }
 
 
-def _log4j_options() -> str:
+#: The JVM's collector when abstream starts it in local mode, where the driver also runs
+#: every task: the throughput collector. G1's concurrent marking and write barriers took
+#: 9 % of the demo's time on 2 cores (76.2 s against 69.0 s, three runs each); its short
+#: pauses matter little on a 1 GB heap.
+LOCAL_GC = "-XX:+UseParallelGC"
+
+
+def _java_options(local: bool) -> str:
     config = resources.files("abstream") / "resources" / "log4j2.properties"
-    return f"-Dlog4j2.configurationFile={config}"
+    options = [f"-Dlog4j2.configurationFile={config}"]
+    if local:
+        options.append(LOCAL_GC)
+    return " ".join(options)
 
 
 def _under_spark_submit() -> bool:
@@ -70,7 +80,8 @@ def spark_session(settings: SparkSettings) -> SparkSession:
 
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     conf = dict(DEFAULT_CONF)
-    if settings.master.startswith("local"):
+    local = settings.master.startswith("local")
+    if local:
         conf.update(_LOCAL_ONLY_CONF)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers (if any) run in this interpreter's environment.
@@ -78,7 +89,7 @@ def spark_session(settings: SparkSettings) -> SparkSession:
         # The JVM's native allocations (hundreds of threads) spread over glibc's default
         # 8 arenas per core otherwise, and its resident memory grows with the run.
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
-    conf["spark.driver.extraJavaOptions"] = _log4j_options()
+    conf["spark.driver.extraJavaOptions"] = _java_options(local)
     if settings.manage_jars:
         conf.update(jars.jar_conf(settings))
     conf.update(settings.conf)
