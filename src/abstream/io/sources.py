@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import posixpath
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from abstream.io.hadoop import HadoopFiles
+
+_COMMIT = re.compile(r"^\d{20}\.json$")
+_CHECKPOINT_FILE = re.compile(r"^(\d{20}\.checkpoint.*\.parquet|_last_checkpoint)$")
 
 
 def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int) -> DataFrame:
@@ -29,21 +38,46 @@ def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int)
 
 def make_dirs(spark: SparkSession, location: str) -> None:
     """Create a folder on whatever file system holds it (local, HDFS, S3, ...)."""
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    path.getFileSystem(spark._jsc.hadoopConfiguration()).mkdirs(path)
+    HadoopFiles(spark, location).make_dirs(location)
 
 
-def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int,
-                 skip_change_commits: bool = False) -> DataFrame:
-    """The appends to a Delta table, in commit order; with ``skip_change_commits``, commits
-    that delete or rewrite rows are skipped instead of failing the query."""
-    return (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", max_files_per_trigger)
-        .option("skipChangeCommits", skip_change_commits)
-        .load(path)
-    )
+#: Past this many commits without a Delta checkpoint, a new query reads the snapshot.
+_MAX_COMMITS_READ = 100
+
+
+def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
+    """The appends to a Delta table, in commit order.
+
+    A query's first micro-batch reads the table's commits from version 0 on where the log
+    still holds all of them and none deletes or rewrites rows (a young append-only table,
+    which is what a new pipeline's bronze is): the same rows as the table's snapshot,
+    without the Spark jobs that list a snapshot's files (3 s of a fresh JVM's first
+    sessionize micro-batch). Any other table is read from its snapshot. Once the query has
+    a checkpoint, the checkpoint says where it goes on.
+    """
+    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files_per_trigger)
+    if _only_appends_since_creation(spark, path):
+        reader = reader.option("startingVersion", 0)
+    return reader.load(path)
+
+
+def _only_appends_since_creation(spark: SparkSession, path: str) -> bool:
+    """Whether the table's log holds every commit since version 0, without a checkpoint,
+    and none of them removes rows."""
+    log_dir = posixpath.join(path, "_delta_log")
+    files = HadoopFiles(spark, log_dir)
+    names = files.names(log_dir)
+    commits = sorted(name for name in names if _COMMIT.match(name))
+    if any(_CHECKPOINT_FILE.match(name) for name in names) or not commits \
+            or len(commits) > _MAX_COMMITS_READ \
+            or commits != [f"{version:020d}.json" for version in range(len(commits))]:
+        return False
+    for name in commits:
+        for line in files.read_text(posixpath.join(log_dir, name)).splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if action.get("remove", {}).get("dataChange", False):
+                return False
+    return True
 
 
 def kafka_stream(spark: SparkSession, bootstrap_servers: str, topics: list[str],

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from abstream.io.hadoop import HadoopFiles
+
 _NAME = re.compile(r"^batch=(\d+)$")
 _DONE = "_abstream_state.json"
 
@@ -39,33 +41,21 @@ class StateSnapshots:
     def __init__(self, spark: SparkSession, location: str,
                  schemas: Mapping[str, StructType]) -> None:
         self.spark, self.location, self.schemas = spark, location.rstrip("/"), schemas
-        jvm = spark._jvm
-        self._jvm = jvm
-        self._path = jvm.org.apache.hadoop.fs.Path
-        self._fs = self._path(self.location).getFileSystem(spark._jsc.hadoopConfiguration())
+        self._files = HadoopFiles(spark, self.location)
 
     def _batches(self) -> list[tuple[int, str]]:
-        root = self._path(self.location)
-        if not self._fs.exists(root):
-            return []
         found = []
-        for status in self._fs.listStatus(root):
-            match = _NAME.match(status.getPath().getName())
+        for name in self._files.names(self.location):
+            match = _NAME.match(name)
             if match:
-                found.append((int(match.group(1)), posixpath.join(self.location,
-                                                                  match.group(0))))
+                found.append((int(match.group(1)), posixpath.join(self.location, name)))
         return sorted(found)
 
     def _complete(self, batch: int, path: str) -> Snapshot | None:
-        done = self._path(posixpath.join(path, _DONE))
-        if not self._fs.exists(done):
+        done = posixpath.join(path, _DONE)
+        if not self._files.exists(done):
             return None
-        stream = self._fs.open(done)
-        try:
-            text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        return Snapshot(batch, json.loads(text).get("seen_until"))
+        return Snapshot(batch, json.loads(self._files.read_text(done)).get("seen_until"))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -96,13 +86,9 @@ class StateSnapshots:
 
     def complete(self, batch_id: int, seen_until: int | None) -> Snapshot:
         """Mark the snapshot complete and drop the snapshots before the previous one."""
-        path = self._folder(batch_id)
-        out = self._fs.create(self._path(posixpath.join(path, _DONE)), True)
-        try:
-            out.write(bytearray(json.dumps({"seen_until": seen_until}).encode()))
-        finally:
-            out.close()
+        self._files.write_text(posixpath.join(self._folder(batch_id), _DONE),
+                               json.dumps({"seen_until": seen_until}))
         for batch, old in self._batches():
             if batch < batch_id - 1:
-                self._fs.delete(self._path(old), True)
+                self._files.delete(old)
         return Snapshot(batch_id, seen_until)

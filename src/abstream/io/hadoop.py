@@ -1,0 +1,46 @@
+"""Small files on whatever file system holds a location (local, HDFS, S3, ...), through
+the Hadoop client of the running Spark session."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+
+class HadoopFiles:
+    """The file system of ``location``, for paths under it."""
+
+    def __init__(self, spark: SparkSession, location: str) -> None:
+        jvm = spark._jvm
+        self._jvm = jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        self._fs = self._path(location).getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(self._path(path)))
+
+    def names(self, folder: str) -> list[str]:
+        """The names in ``folder``; none when it does not exist."""
+        if not self.exists(folder):
+            return []
+        return [status.getPath().getName() for status in self._fs.listStatus(self._path(folder))]
+
+    def read_text(self, path: str) -> str:
+        stream = self._fs.open(self._path(path))
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write ``path`` whole, replacing it if it exists."""
+        out = self._fs.create(self._path(path), True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+
+    def delete(self, path: str) -> None:
+        self._fs.delete(self._path(path), True)
+
+    def make_dirs(self, folder: str) -> None:
+        self._fs.mkdirs(self._path(folder))
