@@ -141,10 +141,14 @@ class Feeder:
         self.landed = 0
 
     def land_one(self) -> None:
+        """Land the next file: a copy under a hidden name, stamped, then renamed (a link
+        would stamp the dataset's own file, and later runs would read it out of order)."""
         path = self.files[self.landed]
+        hidden = self.landing / f".{path.name}"
+        shutil.copyfile(path, hidden)
         now = time.time()
-        os.utime(path, (now, now))
-        os.link(path, self.landing / path.name)
+        os.utime(hidden, (now, now))
+        hidden.rename(self.landing / path.name)
         self.landed += 1
 
     def start(self) -> None:
