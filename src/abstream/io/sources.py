@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from abstream.io.hadoop import HadoopFiles
 
 _COMMIT = re.compile(r"^\d{20}\.json$")
-_CHECKPOINT_FILE = re.compile(r"^(\d{20}\.checkpoint.*\.parquet|_last_checkpoint)$")
+_CHECKPOINT_FILE = re.compile(r"^\d{20}\.checkpoint.*\.parquet$")
 
 
 def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int) -> DataFrame:
@@ -66,6 +66,10 @@ def _only_appends_since_creation(spark: SparkSession, path: str) -> bool:
     and none of them removes rows."""
     log_dir = posixpath.join(path, "_delta_log")
     files = HadoopFiles(spark, log_dir)
+    # A table past its first Delta checkpoint is answered without listing its log, which
+    # grows by a commit a micro-batch.
+    if files.exists(posixpath.join(log_dir, "_last_checkpoint")):
+        return False
     names = files.names(log_dir)
     commits = sorted(name for name in names if _COMMIT.match(name))
     if any(_CHECKPOINT_FILE.match(name) for name in names) or not commits \
