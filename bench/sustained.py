@@ -8,11 +8,23 @@ landed, as a client's upload would be. Every 5 seconds it reads each component's
 component's sources) and the rows each component holds in state (sessionize: the events of
 the open visits) from the endpoint. The first ``--warmup`` seconds are not judged; the step
 passes when every lag stays under ``--max-lag`` for the next ``--hold`` seconds, and fails
-as soon as one does not. After a pass the rate goes up by ``--factor``; after the first
+as soon as one does not.
+
+The dataset's event times are a day of traffic at 2,000,000 events a day, so a replay at
+thousands of events/s runs event time hundreds of times faster than the clock: few visits
+are open at once, and gold's freshness (computed_at - event time) is months. With
+``--live`` each landed file's event times are moved to the clock instead: the file's latest
+events at its landing time, the others before it by their distance in the dataset divided
+by how much faster than the dataset's own rate the step lands them. Event time then runs
+with the clock, as in production: every visit stays open for the gap (35 minutes) after
+its last event, so the speed layer's state holds every event landed in the last 35
+minutes, and the step reports gold freshness p50 and p90 over its judged time (from the
+``abstream_gold_freshness_seconds`` histogram, interpolated in its buckets as PromQL's
+``histogram_quantile`` does). After a pass the rate goes up by ``--factor``; after the first
 failure the search bisects between the best pass and the lowest failure, for ``--steps``
 steps in all.
 
-    python bench/sustained.py [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30]
+    python bench/sustained.py [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
 
 Prints a table, then one JSON object as the last line; writes it, a chart of the best
 passing step's lags and state rows, and each step's log of ``abstream run`` to
@@ -25,6 +37,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,7 +52,10 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
-from throughput import COMPONENTS, RESULTS, dataset, machine, write_result
+from throughput import COMPONENTS, EVENTS_PER_DAY, RESULTS, dataset, machine, write_result
+
+from abstream.generator import format_ts
+from abstream.times import epoch_from_iso
 
 log = logging.getLogger("bench.sustained")
 SCRAPE_SECONDS = 5.0
@@ -51,6 +67,7 @@ STOP_SECONDS = 120
 #: component's lag peaks at about its trigger interval plus one micro-batch; shorter ones
 #: spend more of the machine on each micro-batch's fixed cost.
 TRIGGERS = {"ingest": "5 seconds", "sessionize": "5 seconds"}
+_EVENT_TS = re.compile(r'"event_ts":"([0-9T:.+-]+Z)"')
 
 
 @dataclass
@@ -69,6 +86,7 @@ class Step:
     reason: str = ""
     judged_seconds: float = 0.0
     max_lag: dict[str, float] = field(default_factory=dict)
+    freshness_s: dict[str, float | None] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -87,6 +105,8 @@ class Scrape:
     state_rows: dict[str, float] = field(default_factory=dict)
     batches: dict[str, float] = field(default_factory=dict)
     system_lag: float = 0.0
+    #: gold freshness: cumulative events per bucket bound (seconds; inf last).
+    freshness: dict[float, float] = field(default_factory=dict)
 
 
 def scrape(url: str) -> Scrape | None:
@@ -109,7 +129,28 @@ def scrape(url: str) -> Scrape | None:
                 found.batches[sample.labels["job"]] = sample.value
             elif sample.name == "abstream_system_lag_seconds":
                 found.system_lag = sample.value
+            elif sample.name == "abstream_gold_freshness_seconds_bucket":
+                found.freshness[float(sample.labels["le"])] = sample.value
     return found
+
+
+def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The ``q`` quantile of the events counted between two scrapes of a cumulative
+    histogram, interpolated linearly in its bucket (PromQL's ``histogram_quantile``); None
+    without events."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return round(lower + (bound - lower) * (rank - below) / max(count - below, 1e-9), 1)
+        lower, below = bound, count
+    return None
 
 
 def start_pipeline(work: Path, port: int, triggers: dict[str, str]) -> subprocess.Popen:
@@ -130,11 +171,38 @@ def stop_pipeline(child: subprocess.Popen) -> None:
         child.wait()
 
 
-class Feeder:
-    """Lands the dataset's files at a fixed rate, each stamped with its landing time."""
+def _epoch(text: str) -> float | None:
+    try:
+        return epoch_from_iso(text)
+    except ValueError:
+        return None
 
-    def __init__(self, files: list[Path], landing: Path, rate: int) -> None:
-        self.files, self.landing, self.rate = files, landing, rate
+
+def live_lines(text: str, now: float, speedup: float) -> str:
+    """``text``'s lines with their event times moved to the clock: the 99th percentile at
+    ``now`` (the latest would be one of the dataset's deliberately far-future lines), each
+    other one away from it by its distance in the dataset over ``speedup``. Event times that
+    are not valid ISO-8601 (more malformed lines) are left as they are."""
+    times = sorted(t for t in map(_epoch, _EVENT_TS.findall(text)) if t is not None)
+    if not times:
+        return text
+    latest = times[int(0.99 * (len(times) - 1))]
+
+    def moved(match: re.Match[str]) -> str:
+        ts = _epoch(match.group(1))
+        if ts is None:
+            return match.group(0)
+        return f'"event_ts":"{format_ts(int((now - (latest - ts) / speedup) * 1000))}"'
+
+    return _EVENT_TS.sub(moved, text)
+
+
+class Feeder:
+    """Lands the dataset's files at a fixed rate, each stamped with its landing time; with
+    ``live``, its event times moved to the clock too (``live_lines``)."""
+
+    def __init__(self, files: list[Path], landing: Path, rate: int, live: bool = False) -> None:
+        self.files, self.landing, self.rate, self.live = files, landing, rate, live
         with files[0].open() as first:
             self.per_file = sum(1 for _ in first)
         self.began = time.monotonic()
@@ -145,8 +213,12 @@ class Feeder:
         would stamp the dataset's own file, and later runs would read it out of order)."""
         path = self.files[self.landed]
         hidden = self.landing / f".{path.name}"
-        shutil.copyfile(path, hidden)
         now = time.time()
+        if self.live:
+            hidden.write_text(live_lines(path.read_text(), now,
+                                         self.rate / (EVENTS_PER_DAY / 86_400)))
+        else:
+            shutil.copyfile(path, hidden)
         os.utime(hidden, (now, now))
         hidden.rename(self.landing / path.name)
         self.landed += 1
@@ -196,10 +268,12 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
     url = f"http://127.0.0.1:{port}/metrics"
     log.info("%s events/s: starting abstream run", f"{rate:,}")
     child = start_pipeline(work, port, args.trigger)
-    feeder = Feeder(sorted(source.glob("beacons-*")), work / "landing", rate)
+    feeder = Feeder(sorted(source.glob("beacons-*")), work / "landing", rate, args.live)
+    judged_from: Scrape | None = None
     try:
         warm_up(child, url, feeder)
-        log.info("%s events/s: landing files for %d s", f"{rate:,}", seconds)
+        log.info("%s events/s: landing files for %d s%s", f"{rate:,}", seconds,
+                 ", event times live" if args.live else "")
         feeder.start()
         while True:
             feeder.land_due()
@@ -213,6 +287,10 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
                 step.samples.append(Sample(round(elapsed, 1), feeder.events, lag,
                                            found.system_lag, found.state_rows))
                 if elapsed >= args.warmup:
+                    judged_from = judged_from or found
+                    step.freshness_s = {
+                        name: quantile(q, judged_from.freshness, found.freshness)
+                        for name, q in (("p50", 0.5), ("p90", 0.9))}
                     step.judged_seconds = round(elapsed - args.warmup, 1)
                     for name, value in {**lag, "system": found.system_lag}.items():
                         step.max_lag[name] = round(max(step.max_lag.get(name, 0.0), value), 1)
@@ -318,6 +396,8 @@ def main() -> int:
                         help="a component's trigger (default: "
                              + ", ".join(f"{n}={v}" for n, v in TRIGGERS.items()) + ")")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--live", action="store_true",
+                        help="move each landed file's event times to the clock")
     args = parser.parse_args()
     args.trigger = {**TRIGGERS, **dict(args.trigger)}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
@@ -331,6 +411,7 @@ def main() -> int:
         "max_lag_bound_s": args.max_lag,
         "hold_s": args.hold,
         "warmup_s": args.warmup,
+        "event_times": "live" if args.live else "replayed",
         "triggers": args.trigger,
         "steps": [s.summary() for s in steps],
         "machine": machine(),
@@ -338,10 +419,14 @@ def main() -> int:
     }
     columns = [c.name for c in COMPONENTS] + ["system"]
     print(f"\n{'events/s':>9} {'result':<8} " + " ".join(f"{name + ' max lag':>20}"
-                                                      for name in columns))
+                                                      for name in columns)
+          + f" {'freshness p50/p90':>18}")
     for step in steps:
+        freshness = "/".join("-" if value is None else f"{value:.0f}"
+                             for value in step.freshness_s.values()) or "-"
         print(f"{step.rate:>9,} {'pass' if step.passed else 'fail':<8} "
               + " ".join(f"{step.max_lag.get(name, 0.0):>19.1f}s" for name in columns)
+              + f" {freshness + ' s':>18}"
               + ("" if step.passed else f"  {step.reason}"))
     if best:
         result["state_growth"] = state_growth(best, args.warmup)

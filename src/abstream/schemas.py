@@ -128,7 +128,8 @@ SESSIONS = StructType(
 #: for the events it carried from the micro-batch before, the start of the visit they were
 #: counted in then (``counted_in``). New events behind the watermark are kept as ``late``
 #: rows, counted and not sessionized. The next micro-batch carries on the events of the
-#: visits left open (``OPEN_VISITS``).
+#: visits left open (``OPEN_VISITS``). The events of open visits a micro-batch did not
+#: touch are carried over as they are, in the same columns.
 SESSION_STATE = StructType(
     [
         StructField("session_id", StringType(), False),
@@ -145,12 +146,15 @@ SESSION_STATE = StructType(
     ]
 )
 
-#: The visits a micro-batch of sessionize left open, with the entries their events were
+#: The visits a micro-batch of sessionize left open: their last event and number of events
+#: (NULL in snapshots written before they were kept), and the entries their events were
 #: counted for.
 OPEN_VISITS = StructType(
     [
         StructField("session_id", StringType(), False),
         StructField("visit_start", TimestampType(), False),
+        StructField("visit_end", TimestampType()),
+        StructField("events", LongType()),
         StructField("experiments", ArrayType(VISIT_ENTRY), False),
     ]
 )

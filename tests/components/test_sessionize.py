@@ -1,7 +1,18 @@
+import json
+import shutil
 from datetime import datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import functions as F
 
 from abstream.components import COMPONENTS
-from abstream.io.tables import EVENTS_TABLE, SESSIONS_TABLE, ensure_table, read_table
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_table,
+    read_table,
+)
 from abstream.runner import run_once
 from abstream.schemas import EVENTS
 from tests.helpers import reconfigure
@@ -61,3 +72,56 @@ def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):
     assert stats["peak_state_rows"] == 8, "long's six events and the two visits before it"
     assert stats["state_rows"] == 1, "only the visit at +9 h is still open"
     assert ctx.stats.component("sessionize").batches >= 7
+
+
+def _assigned_events(ctx):
+    """Gold's events of the assigned population, all windows and micro-batches together."""
+    rows = read_table(ctx.spark, METRICS_TABLE, ctx.layout) \
+        .where("population = 'assigned'").agg(F.sum("events"), F.sum("visits")).first()
+    return rows[0], rows[1]
+
+
+def _carried_then_touched(ctx):
+    """Open visits untouched for micro-batches, one touched again, one closing untouched."""
+    minutes = [timedelta(minutes=m) for m in range(0, 60, 10)]
+    _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + minutes[1]),
+                  ("q1", "quiet", T0), ("b1", "busy", T0)])
+    _append(ctx, [("b2", "busy", T0 + minutes[2])])
+    _append(ctx, [("b3", "busy", T0 + minutes[3]), ("i3", "idle", T0 + minutes[4])])
+    _append(ctx, [("b4", "busy", T0 + minutes[5])])
+
+
+def test_open_visits_are_carried_untouched_and_touched_again(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("quiet", 1)], "quiet closed at +50 min without a new event"
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
+    assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_state_without_visit_ends_is_sessionized_again(ctx, tmp_path):
+    """A snapshot written before open visits kept their end and events, and before the
+    events of untouched visits were carried apart: its open visits are sessionized again."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + timedelta(minutes=10)),
+                  ("b1", "busy", T0)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    (snapshot,) = state.glob("batch=*")
+    open_visits = snapshot / "open_visits"
+    old = ctx.spark.read.parquet(str(open_visits)) \
+        .select("session_id", "visit_start", "experiments")
+    old.write.parquet(str(tmp_path / "open_visits"))
+    shutil.rmtree(open_visits)
+    shutil.move(tmp_path / "open_visits", open_visits)
+    done = snapshot / "_abstream_state.json"
+    done.write_text(json.dumps({"seen_until": json.loads(done.read_text())["seen_until"]}))
+    (snapshot / f".{done.name}.crc").unlink()
+    _append(ctx, [("b2", "busy", T0 + timedelta(minutes=20))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 2), ("idle", 2)]
+    assert _assigned_events(ctx) == (5, 2)

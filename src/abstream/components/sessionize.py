@@ -2,22 +2,28 @@
 ``experiment_metrics`` (fresh increments).
 
 Every micro-batch is a small batch job over the new bronze events and the events of the
-visits still open, which the component carries from one micro-batch to the next itself
+open visits they touch, which the component carries from one micro-batch to the next itself
 (``io.state``): Spark's batch operators (one sort by session and time, aggregates, joins)
 instead of its streaming state stores. Each micro-batch
 
 1. drops the new events behind its input watermark (the latest event time seen before the
    batch, less ``sessionize.lateness``) and counts them;
-2. finds the visits of the open visits' events with the new ones (``stages.sessions``) and
-   writes them, once, as the micro-batch's state snapshot;
+2. finds the visits of the new events with the events of the open visits of the sessions
+   they touch (``stages.sessions``) and writes them, once, as the micro-batch's state
+   snapshot;
 3. assembles their visits (cached: a row per visit) and appends to silver those that closed
-   (their last event + ``gap`` behind the next watermark);
+   (their last event + ``gap`` behind the next watermark), with the visits of untouched
+   sessions that closed, assembled from their carried events;
 4. appends to gold what changed: each event's targets it had not been counted for yet (an
    event is counted as soon as it arrives, and again for a population it joins later, when
    its visit meets an experiment or an exposure: its visit's entries now against those of
    the visit it was counted in before), and the visit numbers of the visits that closed;
-5. writes the visits left open, with their entries, for the next micro-batch, which carries
-   on their events.
+5. writes the visits left open, with their end, events and entries, and carries over the
+   events of the open visits it did not touch as they are, for the next micro-batch.
+
+A micro-batch's work is its new events and the open visits they touch, plus a copy of the
+untouched open visits' events: in a live stream, where a visit stays open for the gap after
+its last event, most open visits are untouched in any one micro-batch.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
 has its own watermark (``abstream.watermarks``): the visits held open hold back the output
@@ -30,14 +36,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.components.base import Component, Context, stream_writer
 from abstream.io import sinks
 from abstream.io.sources import delta_stream
-from abstream.io.state import StateSnapshots
+from abstream.io.state import Snapshot, StateSnapshots
 from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.progress import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, SESSION_STATE
@@ -46,8 +52,9 @@ from abstream.watermarks import input_watermark, output_watermark, source_waterm
 
 SPEED = "speed"
 NAME = "sessionize"
-#: The parts of the state snapshot.
-EVENTS, OPEN = "events", "open_visits"
+#: The parts of the state snapshot: the events sessionized in the micro-batch, the visits
+#: left open, and the events of the open visits it did not touch, carried over.
+EVENTS, OPEN, CARRIED = "events", "open_visits", "carried_events"
 
 
 def _micros(value: int | None) -> Column:
@@ -70,6 +77,72 @@ def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> 
     return targets.where(~already)
 
 
+def _held(state: StateSnapshots, previous: Snapshot | None) -> tuple[DataFrame, DataFrame]:
+    """The visits ``previous`` left open, and their events, each with the start of the
+    visit it was counted in (``counted_in``): those it sessionized of the visits left open,
+    and those it carried over (only ever of visits left open)."""
+    visits = state.read(previous, OPEN)
+    sessionized = _events_of(state.read(previous, EVENTS).where(~F.col("late")), visits)
+    events = sessionized.unionByName(state.read(previous, CARRIED))
+    return visits, events.select(*sessions.SESSION_INPUT, "visit_start",
+                                 F.col("visit_start").alias("counted_in"), "late")
+
+
+def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
+             ) -> tuple[DataFrame, DataFrame]:
+    """``new``, and the sessions sessionized again: those with new events in time, and those
+    of open visits whose end a snapshot did not keep (written before it did). The other
+    open visits are carried over as they are.
+
+    Where ``previous`` holds events, both come back cached (unpersist them): ``new`` is read
+    for the sessions it touches and then sessionized, and the micro-batch reads bronze once;
+    the sessions, few, are joined to the held visits and events several times. Otherwise no
+    session is touched and nothing is carried over.
+    """
+    if previous is None or previous.held_rows == 0:
+        return new, new.sparkSession.createDataFrame([], "session_id string")
+    new = new.persist(StorageLevel.MEMORY_AND_DISK)
+    touched = new.where(~F.col("late")).select("session_id").unionByName(
+        held_visits.where(F.col("visit_end").isNull()).select("session_id")).distinct()
+    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _open_at(closing_at: int | None, gap_micros: int) -> Column:
+    """Whether a visit is still open when the watermark is ``closing_at``."""
+    if closing_at is None:
+        return F.lit(True)
+    return F.unix_micros("visit_end") + gap_micros >= closing_at
+
+
+def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
+    """The ``events`` of ``visits``."""
+    return events.join(visits.select(*sessions.VISIT), list(sessions.VISIT), "left_semi")
+
+
+def _closing_and_kept(visits: DataFrame, still_open: Column) -> Row:
+    """How many of ``visits`` close (``closing``), how many events the others hold
+    (``rows``) and when the earliest of them started (``earliest``, epoch microseconds)."""
+    return visits.agg(
+        F.count_if(~still_open).alias("closing"),
+        F.sum(F.when(still_open, F.col("events"))).alias("rows"),
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+    ).first()
+
+
+def _report(kept: Row, late: int, closing_at: int | None) -> dict[str, int]:
+    """A micro-batch's figures for its progress: visits closed, late events, the events
+    held, and its watermarks (epoch milliseconds)."""
+    report = {"visits": kept["closing"], LATE: late, STATE_ROWS: kept["rows"] or 0}
+    # Gold reads the events (not held) and the visits (held back to the earliest event
+    # still open): its input watermark is the lower of the two.
+    gold_watermark = input_watermark(
+        closing_at, output_watermark(closing_at, kept["earliest"]))
+    for key, micros in ((WATERMARK, closing_at), (OUTPUT_WATERMARK, gold_watermark)):
+        if micros is not None:
+            report[key] = micros // 1000
+    return report
+
+
 def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.sessionize
     spark = ctx.spark
@@ -82,15 +155,10 @@ def build(ctx: Context) -> DataStreamWriter:
     append_gold = sinks.AppendOnce(ensure_table(spark, METRICS_TABLE, ctx.layout),
                                    METRICS_TABLE.partition_by)
     state = StateSnapshots(spark, ctx.layout.checkpoint(NAME) + "/state",
-                           {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS})
+                           {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
+                            CARRIED: SESSION_STATE})
     stream = metrics.observe_freshness(
         delta_stream(spark, events_path, settings.max_files_per_trigger))
-
-    def open_at(closing_at: int | None) -> Column:
-        """Whether a visit is still open when the watermark is ``closing_at``."""
-        if closing_at is None:
-            return F.lit(True)
-        return F.unix_micros("visit_end") + gap_micros >= closing_at
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)
@@ -99,55 +167,55 @@ def build(ctx: Context) -> DataStreamWriter:
         late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
         new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
                            late.alias("late"))
-        held_visits = state.read(previous, OPEN)
-        held = state.read(previous, EVENTS).where(~F.col("late")) \
-            .join(F.broadcast(held_visits.select(*sessions.VISIT)), list(sessions.VISIT),
-                  "left_semi") \
-            .select(*sessions.SESSION_INPUT, F.col("visit_start").alias("counted_in"), "late")
-        # The late events are kept in the snapshot, marked and in no visit, so that the
-        # micro-batch reads bronze once: they are counted there and go no further.
-        started = sessions.with_visit_start(held.unionByName(new), gap, apart=("late",))
-        seen = Observation()
-        state.write(batch_id, EVENTS, started
-                    .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
-                    .observe(seen, F.count_if("late").alias("late"),
-                             F.unix_micros(F.max("event_ts")).alias("newest")))
-        counts = seen.get
-        seen_until = max((t for t in (seen_before, counts["newest"]) if t is not None),
-                         default=None)
-        # Everything below reads the snapshot just written: the micro-batch is sessionized
-        # once.
-        sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
-        visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
+        held_visits, held = _held(state, previous)
+        new, touched = _touched(new, held_visits, previous)
         try:
-            closing_at = source_watermark(seen_until, lateness)
-            still_open = open_at(closing_at)
-            kept = visits.agg(
-                F.count_if(~still_open).alias("closing"),
-                F.sum(F.when(still_open, F.col("events"))).alias("rows"),
-                F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
-            ).first()
-            closed = visits.where(~still_open)
-            if kept["closing"]:
-                append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
-            fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
-                                  sessions.visit_entries(held_visits))
-            append_gold(metrics.with_lineage(metrics.experiment_metrics(
-                fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
-                SPEED), writer_id, batch_id)
-            state.write(batch_id, OPEN, visits.where(still_open))
+            held_touched = held.join(touched, "session_id", "left_semi").drop("visit_start")
+            held_untouched = held.join(touched, "session_id", "left_anti")
+            untouched_visits = held_visits.join(touched, "session_id", "left_anti")
+            # The late events are kept in the snapshot, marked and in no visit, so that the
+            # micro-batch reads bronze once: they are counted there and go no further.
+            started = sessions.with_visit_start(held_touched.unionByName(new), gap,
+                                                apart=("late",))
+            seen = Observation()
+            state.write(batch_id, EVENTS, started
+                        .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
+                        .observe(seen, F.count_if("late").alias("late"),
+                                 F.unix_micros(F.max("event_ts")).alias("newest")))
+            seen_until = max((t for t in (seen_before, seen.get["newest"]) if t is not None),
+                             default=None)
+            # Everything below reads the snapshot just written: the micro-batch is sessionized
+            # once.
+            sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
+            visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                closing_at = source_watermark(seen_until, lateness)
+                still_open = _open_at(closing_at, gap_micros)
+                left_open = visits.select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
+                kept = _closing_and_kept(left_open, still_open)
+                # Few of the untouched visits close in a micro-batch: they are broadcast.
+                closing = F.broadcast(untouched_visits.where(~still_open).select(*sessions.VISIT))
+                closed = visits.where(~still_open).unionByName(sessions.assemble_visits(
+                    _events_of(held_untouched, closing)))
+                if kept["closing"]:
+                    append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
+                fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
+                                      sessions.visit_entries(
+                                          held_visits.join(touched, "session_id", "left_semi")))
+                append_gold(metrics.with_lineage(metrics.experiment_metrics(
+                    fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
+                    SPEED), writer_id, batch_id)
+                state.write(batch_id, OPEN, left_open.where(still_open))
+                if new.is_cached:
+                    state.write(batch_id, CARRIED, held_untouched.join(
+                        closing, list(sessions.VISIT), "left_anti"))
+            finally:
+                visits.unpersist()
         finally:
-            visits.unpersist()
-        state.complete(batch_id, seen_until)
-        report = {"visits": kept["closing"], LATE: counts["late"], STATE_ROWS: kept["rows"] or 0}
-        # Gold reads the events (not held) and the visits (held back to the earliest event
-        # still open): its input watermark is the lower of the two.
-        gold_watermark = input_watermark(
-            closing_at, output_watermark(closing_at, kept["earliest"]))
-        for key, micros in ((WATERMARK, closing_at), (OUTPUT_WATERMARK, gold_watermark)):
-            if micros is not None:
-                report[key] = micros // 1000
-        return report
+            new.unpersist()
+            touched.unpersist()
+        state.complete(batch_id, seen_until, kept["rows"] or 0)
+        return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)
 

@@ -3,9 +3,10 @@
 Each micro-batch writes a snapshot: a folder ``batch=N`` with one Parquet folder per part
 of the state, then, once the data is complete, a small JSON file in it with what else the
 next micro-batch needs (the latest event time seen so far, what the watermark derives
-from). Micro-batch N reads the newest complete snapshot of an earlier batch, so a replayed
-micro-batch reads what it read the first time and writes the same snapshot again: the
-state is exactly-once like the tables. The two newest snapshots are kept.
+from, and how many rows the snapshot holds). Micro-batch N reads the newest complete
+snapshot of an earlier batch, so a replayed micro-batch reads what it read the first time
+and writes the same snapshot again: the state is exactly-once like the tables. The two
+newest snapshots are kept.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ _DONE = "_abstream_state.json"
 @dataclass(frozen=True)
 class Snapshot:
     """The state after micro-batch ``batch``; ``seen_until`` is the latest event time
-    (epoch microseconds) the component has seen, None before any event."""
+    (epoch microseconds) the component has seen, None before any event; ``held_rows`` the
+    rows it carries on to the next micro-batch (None where a snapshot did not record it)."""
 
     batch: int
     seen_until: int | None
+    held_rows: int | None = None
 
 
 class StateSnapshots:
@@ -55,7 +58,8 @@ class StateSnapshots:
         done = posixpath.join(path, _DONE)
         if not self._files.exists(done):
             return None
-        return Snapshot(batch, json.loads(self._files.read_text(done)).get("seen_until"))
+        info = json.loads(self._files.read_text(done))
+        return Snapshot(batch, info.get("seen_until"), info.get("held_rows"))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -68,8 +72,10 @@ class StateSnapshots:
         return posixpath.join(self.location, f"batch={batch_id}")
 
     def read(self, snapshot: Snapshot | None, part: str) -> DataFrame:
-        """The rows of ``part`` in ``snapshot`` (none for None)."""
-        if snapshot is None:
+        """The rows of ``part`` in ``snapshot`` (none for None, or for a snapshot written
+        before the part existed)."""
+        if snapshot is None or not self._files.exists(
+                posixpath.join(self._folder(snapshot.batch), part)):
             return self.spark.createDataFrame([], self.schemas[part])
         return self.read_written(snapshot.batch, part)
 
@@ -84,11 +90,11 @@ class StateSnapshots:
         rows.select(*self.schemas[part].fieldNames()).write.mode("overwrite") \
             .parquet(posixpath.join(self._folder(batch_id), part))
 
-    def complete(self, batch_id: int, seen_until: int | None) -> Snapshot:
+    def complete(self, batch_id: int, seen_until: int | None, held_rows: int) -> Snapshot:
         """Mark the snapshot complete and drop the snapshots before the previous one."""
         self._files.write_text(posixpath.join(self._folder(batch_id), _DONE),
-                               json.dumps({"seen_until": seen_until}))
+                               json.dumps({"seen_until": seen_until, "held_rows": held_rows}))
         for batch, old in self._batches():
             if batch < batch_id - 1:
                 self._files.delete(old)
-        return Snapshot(batch_id, seen_until)
+        return Snapshot(batch_id, seen_until, held_rows)
