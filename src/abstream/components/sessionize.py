@@ -107,6 +107,15 @@ def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
     return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
 
 
+def _closed(sessionized: DataFrame, held: DataFrame, closing: DataFrame, carrying: bool
+            ) -> DataFrame:
+    """The visits that close: those ``sessionized`` now and, where events were carried,
+    the ``closing`` visits of the ``held`` events, assembled from them."""
+    if not carrying:
+        return sessionized
+    return sessionized.unionByName(sessions.assemble_visits(_events_of(held, closing)))
+
+
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
     """Whether a visit is still open when the watermark is ``closing_at``."""
     if closing_at is None:
@@ -195,8 +204,8 @@ def build(ctx: Context) -> DataStreamWriter:
                 kept = _closing_and_kept(left_open, still_open)
                 # Few of the untouched visits close in a micro-batch: they are broadcast.
                 closing = F.broadcast(untouched_visits.where(~still_open).select(*sessions.VISIT))
-                closed = visits.where(~still_open).unionByName(sessions.assemble_visits(
-                    _events_of(held_untouched, closing)))
+                closed = _closed(visits.where(~still_open), held_untouched, closing,
+                                 carrying=new.is_cached)
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
                 fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
