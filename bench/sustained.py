@@ -183,13 +183,16 @@ def live_lines(text: str, now: float, speedup: float) -> str:
     ``now`` (the latest would be one of the dataset's deliberately far-future lines), each
     other one away from it by its distance in the dataset over ``speedup``. Event times that
     are not valid ISO-8601 (more malformed lines) are left as they are."""
-    times = sorted(t for t in map(_epoch, _EVENT_TS.findall(text)) if t is not None)
-    if not times:
+    parsed = [_epoch(found) for found in _EVENT_TS.findall(text)]
+    valid = sorted(t for t in parsed if t is not None)
+    if not valid:
         return text
-    latest = times[int(0.99 * (len(times) - 1))]
+    latest = valid[int(0.99 * (len(valid) - 1))]
+    # The substitution meets the event times in the order findall found them.
+    times = iter(parsed)
 
     def moved(match: re.Match[str]) -> str:
-        ts = _epoch(match.group(1))
+        ts = next(times)
         if ts is None:
             return match.group(0)
         return f'"event_ts":"{format_ts(int((now - (latest - ts) / speedup) * 1000))}"'

@@ -89,22 +89,23 @@ def _held(state: StateSnapshots, previous: Snapshot | None) -> tuple[DataFrame, 
 
 
 def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
-             ) -> tuple[DataFrame, DataFrame]:
-    """``new``, and the sessions sessionized again: those with new events in time, and those
-    of open visits whose end a snapshot did not keep (written before it did). The other
-    open visits are carried over as they are.
+             ) -> tuple[DataFrame, DataFrame, bool]:
+    """``new``, the sessions sessionized again, and whether any open visit is carried.
 
-    Where ``previous`` holds events, both come back cached (unpersist them): ``new`` is read
-    for the sessions it touches and then sessionized, and the micro-batch reads bronze once;
-    the sessions, few, are joined to the held visits and events several times. Otherwise no
-    session is touched and nothing is carried over.
+    The sessions sessionized again are those with new events in time, and those of open
+    visits whose end a snapshot did not keep (written before it did); the other open visits
+    are carried over as they are. Where ``previous`` holds events, ``new`` and the sessions
+    come back cached (unpersist them): ``new`` is read for the sessions it touches and then
+    sessionized, and the micro-batch reads bronze once; the sessions, few, are joined to the
+    held visits and events several times. Otherwise no session is touched and nothing is
+    carried over.
     """
     if previous is None or previous.held_rows == 0:
-        return new, new.sparkSession.createDataFrame([], "session_id string")
+        return new, new.sparkSession.createDataFrame([], "session_id string"), False
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
         held_visits.where(F.col("visit_end").isNull()).select("session_id")).distinct()
-    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK)), True
 
 
 def _closed(sessionized: DataFrame, held: DataFrame, closing: DataFrame, carrying: bool
@@ -177,7 +178,7 @@ def build(ctx: Context) -> DataStreamWriter:
         new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
                            late.alias("late"))
         held_visits, held = _held(state, previous)
-        new, touched = _touched(new, held_visits, previous)
+        new, touched, carrying = _touched(new, held_visits, previous)
         try:
             held_touched = held.join(touched, "session_id", "left_semi").drop("visit_start")
             held_untouched = held.join(touched, "session_id", "left_anti")
@@ -205,7 +206,7 @@ def build(ctx: Context) -> DataStreamWriter:
                 # Few of the untouched visits close in a micro-batch: they are broadcast.
                 closing = F.broadcast(untouched_visits.where(~still_open).select(*sessions.VISIT))
                 closed = _closed(visits.where(~still_open), held_untouched, closing,
-                                 carrying=new.is_cached)
+                                 carrying)
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
                 fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
@@ -215,7 +216,7 @@ def build(ctx: Context) -> DataStreamWriter:
                     fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
                     SPEED), writer_id, batch_id)
                 state.write(batch_id, OPEN, left_open.where(still_open))
-                if new.is_cached:
+                if carrying:
                     state.write(batch_id, CARRIED, held_untouched.join(
                         closing, list(sessions.VISIT), "left_anti"))
             finally:
