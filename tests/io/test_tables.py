@@ -8,7 +8,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, ensure_table
+from abstream.errors import AbstreamError
+from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.layout import Layout
 
 
@@ -48,3 +49,13 @@ def test_an_append_keeps_statistics_of_the_filtered_columns_only(spark, tmp_path
     stats = _stats_of_first_file(path)
 
     assert set(stats["nullCount"]) == set(spec.stats_columns)
+
+
+def test_a_table_partitioned_otherwise_is_refused_with_one_line(spark, tmp_path):
+    layout = Layout.of(tmp_path)
+    spark.createDataFrame([], SESSIONS_TABLE.schema).write.format("delta") \
+        .partitionBy("visit_date").save(SESSIONS_TABLE.path(layout))
+
+    with pytest.raises(AbstreamError, match="partitioned by visit_date, this version of "
+                                            "abstream partitions it by layer, visit_date"):
+        ensure_table(spark, SESSIONS_TABLE, layout)

@@ -9,6 +9,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from abstream.errors import AbstreamError
 from abstream.layout import Layout
 from abstream.schemas import BATCH_COVERAGE, EVENTS, EXPERIMENT_METRICS, REJECTED, SESSIONS
 
@@ -34,9 +35,10 @@ class TableSpec:
 EVENTS_TABLE = TableSpec("events", EVENTS, ("event_date",),
                          ("event_ts", "arrived_at", "ingested_at"))
 REJECTED_TABLE = TableSpec("rejected", REJECTED, ("ingest_date",), ("arrived_at", "ingested_at"))
-SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("visit_date",), ("visit_start", "visit_end"))
-#: Partitioned by layer: the speed layer's MERGE and the batch layer's range replacements
-#: touch different partitions, so they never conflict.
+#: Sessions and gold are partitioned by layer first: the speed layer's appends and the batch
+#: layer's range replacements touch different partitions, so they never conflict.
+SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("layer", "visit_date"),
+                           ("visit_start", "visit_end"))
 METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS, ("layer",),
                           ("window_start", "window_end"))
 COVERAGE_TABLE = TableSpec("batch_coverage", BATCH_COVERAGE)
@@ -46,6 +48,7 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
     """Create the table with its schema if it does not exist yet; return its path."""
     path = str(spec.path(layout))
     if DeltaTable.isDeltaTable(spark, path):
+        _check_partitioning(spark, spec, path)
         return path
     log.debug("creating Delta table %s at %s", spec.name, path)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema) \
@@ -59,6 +62,17 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
         if not DeltaTable.isDeltaTable(spark, path):
             raise
     return path
+
+
+def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None:
+    """Refuse a table partitioned otherwise than this version writes it: Delta would reject
+    every append with a page of Java."""
+    found = tuple(DeltaTable.forPath(spark, path).detail().first()["partitionColumns"])
+    if found != spec.partition_by:
+        raise AbstreamError(
+            f"the {spec.name} table at {path} is partitioned by {', '.join(found) or 'nothing'}, "
+            f"this version of abstream partitions it by {', '.join(spec.partition_by)}: "
+            "move it away to start it anew")
 
 
 def read_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> DataFrame:
