@@ -9,7 +9,7 @@ from abstream.components import COMPONENTS, select
 from abstream.config import load_config
 from abstream.errors import UsageError
 from abstream.io.tables import EVENTS_TABLE, read_table
-from abstream.runner import run_continuously, run_once
+from abstream.runner import ADAPTIVE, continuous_conf, run_continuously, run_once
 from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
 
 TS = "2026-01-05T10:00:00.000Z"
@@ -39,6 +39,7 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
         write_lines(Path(ctx.layout.landing), "small.jsonl",
                     [dumps(beacon(f"a{i}", TS)) for i in range(20)])
         wait_until(lambda: bronze_rows() == 20, "the first file to be ingested")
+        assert ctx.spark.conf.get(ADAPTIVE) == "false", "a continuous run plans statically"
         write_lines(Path(ctx.layout.landing), "large.jsonl",
                     [dumps(beacon(f"b{i}", TS)) for i in range(60_000)])
         wait_until(lambda: any(q.status["isTriggerActive"] and q.status["isDataAvailable"]
@@ -50,6 +51,7 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
     assert not errors
     assert not ctx.spark.streams.active
     assert bronze_rows() == 60_020, "the batch in flight was finished, not abandoned"
+    assert ctx.spark.conf.get(ADAPTIVE) == "true", "and the session is as it was"
     checkpoint = Path(ctx.layout.checkpoint("ingest"))
     assert _committed(checkpoint, "offsets") == _committed(checkpoint, "commits")
 
@@ -75,3 +77,9 @@ def test_a_run_with_nothing_new_returns_at_once(ctx):
     # A trigger that finds no new input runs no micro-batch: there is no progress to wait
     # for (the wait for a batch's progress gives up after 30 s).
     assert time.monotonic() - began < 10
+
+
+def test_a_continuous_run_plans_statically_unless_the_user_says_otherwise():
+    assert continuous_conf(load_config(environ={})) == {ADAPTIVE: "false"}
+    chosen = load_config(environ={"ABSTREAM__SPARK__CONF": f'{{"{ADAPTIVE}": "true"}}'})
+    assert continuous_conf(chosen) == {}

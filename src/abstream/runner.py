@@ -22,12 +22,13 @@ from abstream.errors import AbstreamError, Interrupted, first_line
 from abstream.layout import Layout
 from abstream.monitor.exporter import Exporter
 from abstream.progress import ProgressListener, RunStats
-from abstream.spark import spark_session
+from abstream.spark import session_conf, spark_session
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 300.0
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def _start(ctx: Context, component: Component, once: bool) -> StreamingQuery:
@@ -80,6 +81,20 @@ def run_once(ctx: Context, components: Sequence[Component],
 def run_continuously(ctx: Context, components: Sequence[Component],
                      stop: threading.Event) -> None:
     """Run the components side by side until ``stop`` is set or one of them fails."""
+    with session_conf(ctx.spark, continuous_conf(ctx.config)):
+        _run_side_by_side(ctx, components, stop)
+
+
+def continuous_conf(config: Config) -> dict[str, str]:
+    """Adaptive query execution off for a continuous run, unless the user's Spark settings
+    say otherwise: its micro-batches are a trigger's worth of events, and re-planning
+    between their stages costs them more than it saves. A query keeps the settings it
+    started with."""
+    return {} if ADAPTIVE in config.spark.conf else {ADAPTIVE: "false"}
+
+
+def _run_side_by_side(ctx: Context, components: Sequence[Component],
+                      stop: threading.Event) -> None:
     queries: dict[str, StreamingQuery] = {}
     try:
         for component in components:

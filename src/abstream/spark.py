@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib import resources
 
 from py4j.java_gateway import JavaClass
@@ -113,3 +115,19 @@ def _require_delta(spark: SparkSession) -> None:
             "Delta Lake is not on Spark's classpath: pass "
             f"--packages {','.join(SparkSettings().packages)} to spark-submit"
         )
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Spark session settings for the duration of a block, then back as they were."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+
+from abstream.spark import session_conf
 
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 #: How many of a table's latest commits are searched first for a writer's last batch.
@@ -100,22 +102,6 @@ def _batch_marker(user_metadata: str | None) -> tuple[str, int] | None:
     return str(value.get("writer")), value["batch"]
 
 
-@contextmanager
-def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Spark session settings for the duration of a block, then back as they were."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
 def replace_where(rows: DataFrame, path: str, condition: str,
                   partition_by: Sequence[str] = ()) -> int:
     """Atomically replace the table's rows matching ``condition`` with ``rows`` (which must
@@ -136,7 +122,7 @@ def replace_where(rows: DataFrame, path: str, condition: str,
 def rows_known_to_match(spark: SparkSession) -> AbstractContextManager[None]:
     """Skip Delta's check that replacement rows match their ``replaceWhere`` condition, for
     rows selected by that very condition: the check would compute them a second time."""
-    return _session_conf(spark, {REPLACE_WHERE_CHECK: "false"})
+    return session_conf(spark, {REPLACE_WHERE_CHECK: "false"})
 
 
 def _sql_string(value: str) -> str:
