@@ -84,6 +84,9 @@ class SessionizeSettings(_Section):
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
     max_files_per_trigger: int = Field(default=5, gt=0)
+    #: Snapshots whose events the open visits may stay in before a micro-batch copies them
+    #: into its own.
+    state_generations: int = Field(default=8, gt=0)
 
 
 class MetricsSettings(_Section):

@@ -147,8 +147,9 @@ SESSION_STATE = StructType(
 )
 
 #: The visits a micro-batch of sessionize left open: their last event and number of events
-#: (NULL in snapshots written before they were kept), and the entries their events were
-#: counted for.
+#: (NULL in snapshots written before they were kept), the entries their events were
+#: counted for, and the micro-batch whose snapshot holds their events (NULL where that was
+#: the snapshot itself, before generations were kept).
 OPEN_VISITS = StructType(
     [
         StructField("session_id", StringType(), False),
@@ -156,6 +157,7 @@ OPEN_VISITS = StructType(
         StructField("visit_end", TimestampType()),
         StructField("events", LongType()),
         StructField("experiments", ArrayType(VISIT_ENTRY), False),
+        StructField("generation", LongType()),
     ]
 )
 

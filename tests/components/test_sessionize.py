@@ -3,6 +3,7 @@ import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 
 from abstream.components import COMPONENTS
@@ -91,15 +92,40 @@ def _carried_then_touched(ctx):
     _append(ctx, [("b4", "busy", T0 + minutes[5])])
 
 
-def test_open_visits_are_carried_untouched_and_touched_again(ctx):
-    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+@pytest.mark.parametrize("generations", [8, 1])
+def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations):
+    """Untouched visits stay in the snapshot that sessionized them (up to ``generations``
+    snapshots), or are copied into the newest one."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
+                      state_generations=generations)
     _carried_then_touched(ctx)
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("quiet", 1)], "quiet closed at +50 min without a new event"
+    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=2", "batch=3"], \
+        "idle (sessionized in 2) and busy (in 3) are open"
+    copied = sorted(p.parent.name for p in state.glob("batch=*/carried_events"))
+    assert copied == ([] if generations == 8 else ["batch=3"])
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
     assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _append(ctx, [("i1", "idle", T0), ("b1", "busy", T0)])
+    for minutes in (5, 10, 15):
+        _append(ctx, [(f"b{minutes}", "busy", T0 + timedelta(minutes=minutes))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=0", "batch=2", "batch=3"]
+    assert not list(state.glob("batch=*/carried_events")), "nothing copied"
+    _append(ctx, [("i2", "idle", T0 + timedelta(minutes=20))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 2)]
+    assert _assigned_events(ctx) == (7, 2)
 
 
 def test_state_without_visit_ends_is_sessionized_again(ctx, tmp_path):

@@ -18,12 +18,15 @@ instead of its streaming state stores. Each micro-batch
    event is counted as soon as it arrives, and again for a population it joins later, when
    its visit meets an experiment or an exposure: its visit's entries now against those of
    the visit it was counted in before), and the visit numbers of the visits that closed;
-5. writes the visits left open, with their end, events and entries, and carries over the
-   events of the open visits it did not touch as they are, for the next micro-batch.
+5. writes the visits left open, with their end, events and entries, and for each the
+   snapshot whose events part holds its events (its generation), for the next micro-batch.
 
-A micro-batch's work is its new events and the open visits they touch, plus a copy of the
-untouched open visits' events: in a live stream, where a visit stays open for the gap after
-its last event, most open visits are untouched in any one micro-batch.
+A micro-batch's work is its new events and the open visits they touch: in a live stream,
+where a visit stays open for the gap after its last event, most open visits are untouched
+in any one micro-batch, and their events stay where an earlier snapshot wrote them. Once
+the visits left open refer to more than ``sessionize.state_generations`` snapshots, the
+micro-batch copies the untouched visits' events into its own snapshot, so a micro-batch
+reads a bounded number of them.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
 has its own watermark (``abstream.watermarks``): the visits held open hold back the output
@@ -43,7 +46,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from abstream.components.base import Component, Context, stream_writer
 from abstream.io import sinks
 from abstream.io.sources import delta_stream
-from abstream.io.state import Snapshot, StateSnapshots
+from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
 from abstream.progress import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, SESSION_STATE
@@ -53,8 +56,10 @@ from abstream.watermarks import input_watermark, output_watermark, source_waterm
 SPEED = "speed"
 NAME = "sessionize"
 #: The parts of the state snapshot: the events sessionized in the micro-batch, the visits
-#: left open, and the events of the open visits it did not touch, carried over.
+#: left open, and the events of the open visits it did not touch, when it copied them.
 EVENTS, OPEN, CARRIED = "events", "open_visits", "carried_events"
+#: An open visit and the snapshot that holds its events.
+HELD_VISIT = (*sessions.VISIT, "generation")
 
 
 def _micros(value: int | None) -> Column:
@@ -78,14 +83,28 @@ def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> 
 
 
 def _held(state: StateSnapshots, previous: Snapshot | None) -> tuple[DataFrame, DataFrame]:
-    """The visits ``previous`` left open, and their events, each with the start of the
-    visit it was counted in (``counted_in``): those it sessionized of the visits left open,
-    and those it carried over (only ever of visits left open)."""
-    visits = state.read(previous, OPEN)
-    sessionized = _events_of(state.read(previous, EVENTS).where(~F.col("late")), visits)
-    events = sessionized.unionByName(state.read(previous, CARRIED))
-    return visits, events.select(*sessions.SESSION_INPUT, "visit_start",
-                                 F.col("visit_start").alias("counted_in"), "late")
+    """The visits ``previous`` left open, each with its ``generation``, and the events of
+    the snapshots they refer to, each with the start of the visit it was counted in
+    (``counted_in``) and its snapshot (``generation``), including the events of visits
+    closed or sessionized again since (join them to the visits).
+
+    A snapshot written before open visits kept their generation held the events of its
+    open visits itself."""
+    if previous is None:
+        return state.read(None, OPEN), _generations(state, ())
+    generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
+    visits = state.read(previous, OPEN).withColumn(
+        "generation", F.coalesce("generation", F.lit(previous.batch)))
+    return visits, _generations(state, generations)
+
+
+def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
+    """The events the snapshots of ``batches`` hold: those they sessionized (not late) and
+    those they copied."""
+    events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
+    return events.select(*sessions.SESSION_INPUT, "visit_start",
+                         F.col("visit_start").alias("counted_in"), "late",
+                         F.col(SNAPSHOT).alias("generation"))
 
 
 def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
@@ -110,7 +129,7 @@ def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
 
 def _closed(sessionized: DataFrame, held: DataFrame, closing: DataFrame, carrying: bool
             ) -> DataFrame:
-    """The visits that close: those ``sessionized`` now and, where events were carried,
+    """The visits that close: those ``sessionized`` now and, where visits were carried,
     the ``closing`` visits of the ``held`` events, assembled from them."""
     if not carrying:
         return sessionized
@@ -125,18 +144,36 @@ def _open_at(closing_at: int | None, gap_micros: int) -> Column:
 
 
 def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
-    """The ``events`` of ``visits``."""
-    return events.join(visits.select(*sessions.VISIT), list(sessions.VISIT), "left_semi")
+    """The held ``events`` of the held ``visits``."""
+    return events.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi") \
+        .drop("generation")
 
 
 def _closing_and_kept(visits: DataFrame, still_open: Column) -> Row:
     """How many of ``visits`` close (``closing``), how many events the others hold
-    (``rows``) and when the earliest of them started (``earliest``, epoch microseconds)."""
+    (``rows``), when the earliest of them started (``earliest``, epoch microseconds) and
+    the snapshots their events are in (``generations``)."""
     return visits.agg(
         F.count_if(~still_open).alias("closing"),
         F.sum(F.when(still_open, F.col("events"))).alias("rows"),
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+        F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
+        .alias("generations"),
     ).first()
+
+
+def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, held: DataFrame,
+                *, generations: tuple[int, ...], limit: int) -> tuple[int, ...]:
+    """Write the ``visits`` left open; return the snapshots their events are in. Past
+    ``limit`` of them, the ``held`` events of the visits not sessionized in ``batch_id``
+    are copied into its snapshot first."""
+    if len(generations) <= limit:
+        state.write(batch_id, OPEN, visits)
+        return generations
+    state.write(batch_id, CARRIED,
+                _events_of(held, visits.where(F.col("generation") != batch_id)))
+    state.write(batch_id, OPEN, visits.withColumn("generation", F.lit(batch_id)))
+    return (batch_id,)
 
 
 def _report(kept: Row, late: int, closing_at: int | None) -> dict[str, int]:
@@ -180,8 +217,9 @@ def build(ctx: Context) -> DataStreamWriter:
         held_visits, held = _held(state, previous)
         new, touched, carrying = _touched(new, held_visits, previous)
         try:
-            held_touched = held.join(touched, "session_id", "left_semi").drop("visit_start")
-            held_untouched = held.join(touched, "session_id", "left_anti")
+            touched_visits = held_visits.join(touched, "session_id", "left_semi")
+            held_touched = _events_of(held.join(touched, "session_id", "left_semi"),
+                                      touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
@@ -201,30 +239,28 @@ def build(ctx: Context) -> DataStreamWriter:
             try:
                 closing_at = source_watermark(seen_until, lateness)
                 still_open = _open_at(closing_at, gap_micros)
-                left_open = visits.select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
+                left_open = visits.withColumn("generation", F.lit(batch_id)) \
+                    .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
                 kept = _closing_and_kept(left_open, still_open)
                 # Few of the untouched visits close in a micro-batch: they are broadcast.
-                closing = F.broadcast(untouched_visits.where(~still_open).select(*sessions.VISIT))
-                closed = _closed(visits.where(~still_open), held_untouched, closing,
-                                 carrying)
+                closing = F.broadcast(untouched_visits.where(~still_open).select(*HELD_VISIT))
+                closed = _closed(visits.where(~still_open), held, closing, carrying)
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
                 fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
-                                      sessions.visit_entries(
-                                          held_visits.join(touched, "session_id", "left_semi")))
+                                      sessions.visit_entries(touched_visits))
                 append_gold(metrics.with_lineage(metrics.experiment_metrics(
                     fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
                     SPEED), writer_id, batch_id)
-                state.write(batch_id, OPEN, left_open.where(still_open))
-                if carrying:
-                    state.write(batch_id, CARRIED, held_untouched.join(
-                        closing, list(sessions.VISIT), "left_anti"))
+                refers_to = _leave_open(state, batch_id, left_open.where(still_open), held,
+                                        generations=tuple(kept["generations"]),
+                                        limit=settings.state_generations)
             finally:
                 visits.unpersist()
         finally:
             new.unpersist()
             touched.unpersist()
-        state.complete(batch_id, seen_until, kept["rows"] or 0)
+        state.complete(batch_id, seen_until, kept["rows"] or 0, refers_to)
         return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)

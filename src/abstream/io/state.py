@@ -5,8 +5,9 @@ of the state, then, once the data is complete, a small JSON file in it with what
 next micro-batch needs (the latest event time seen so far, what the watermark derives
 from, and how many rows the snapshot holds). Micro-batch N reads the newest complete
 snapshot of an earlier batch, so a replayed micro-batch reads what it read the first time
-and writes the same snapshot again: the state is exactly-once like the tables. The two
-newest snapshots are kept.
+and writes the same snapshot again: the state is exactly-once like the tables. A snapshot
+may go on reading parts of earlier ones instead of copying them (``refers_to``). The two
+newest snapshots are kept, and the earlier ones either of them refers to.
 """
 
 from __future__ import annotations
@@ -14,27 +15,33 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from abstream.errors import AbstreamError
 from abstream.io.hadoop import HadoopFiles
 
 _NAME = re.compile(r"^batch=(\d+)$")
 _DONE = "_abstream_state.json"
+#: The column ``read_parts`` names the snapshot of each row by.
+SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """The state after micro-batch ``batch``; ``seen_until`` is the latest event time
     (epoch microseconds) the component has seen, None before any event; ``held_rows`` the
-    rows it carries on to the next micro-batch (None where a snapshot did not record it)."""
+    rows it carries on to the next micro-batch (None where a snapshot did not record it);
+    ``refers_to`` the snapshots whose parts it reads (None where it did not record them)."""
 
     batch: int
     seen_until: int | None
     held_rows: int | None = None
+    refers_to: tuple[int, ...] | None = None
 
 
 class StateSnapshots:
@@ -59,7 +66,9 @@ class StateSnapshots:
         if not self._files.exists(done):
             return None
         info = json.loads(self._files.read_text(done))
-        return Snapshot(batch, info.get("seen_until"), info.get("held_rows"))
+        refers_to = info.get("refers_to")
+        return Snapshot(batch, info.get("seen_until"), info.get("held_rows"),
+                        None if refers_to is None else tuple(refers_to))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -71,13 +80,32 @@ class StateSnapshots:
     def _folder(self, batch_id: int) -> str:
         return posixpath.join(self.location, f"batch={batch_id}")
 
-    def read(self, snapshot: Snapshot | None, part: str) -> DataFrame:
-        """The rows of ``part`` in ``snapshot`` (none for None, or for a snapshot written
-        before the part existed)."""
-        if snapshot is None or not self._files.exists(
-                posixpath.join(self._folder(snapshot.batch), part)):
+    def read(self, snapshot: Snapshot | int | None, part: str) -> DataFrame:
+        """The rows of ``part`` in ``snapshot`` (or in the snapshot of that batch): none for
+        None, or where the snapshot has no such part."""
+        batch = snapshot.batch if isinstance(snapshot, Snapshot) else snapshot
+        if batch is None or not self._files.exists(posixpath.join(self._folder(batch), part)):
             return self.spark.createDataFrame([], self.schemas[part])
-        return self.read_written(snapshot.batch, part)
+        return self.read_written(batch, part)
+
+    def read_parts(self, batches: Sequence[int], parts: Sequence[str]) -> DataFrame:
+        """The rows of ``parts`` (of one schema) in the snapshots of ``batches``, read as
+        one scan, each with the batch of its snapshot (``SNAPSHOT``). A snapshot need not
+        have every part, but at least one."""
+        paths = []
+        for batch in batches:
+            found = [path for part in parts
+                     if self._files.exists(path := posixpath.join(self._folder(batch), part))]
+            if not found:
+                raise AbstreamError(f"the state of micro-batch {batch} is missing from "
+                                    f"{self.location}: the checkpoint is damaged")
+            paths += found
+        schema = self.schemas[parts[0]]
+        if not paths:
+            return self.spark.createDataFrame([], schema) \
+                .withColumn(SNAPSHOT, F.lit(None).cast("long"))
+        return self.spark.read.schema(schema).parquet(*paths).withColumn(
+            SNAPSHOT, F.regexp_extract("_metadata.file_path", r"/batch=(\d+)/", 1).cast("long"))
 
     def read_written(self, batch_id: int, part: str) -> DataFrame:
         """The rows of ``part`` written for ``batch_id``, complete or not."""
@@ -90,11 +118,17 @@ class StateSnapshots:
         rows.select(*self.schemas[part].fieldNames()).write.mode("overwrite") \
             .parquet(posixpath.join(self._folder(batch_id), part))
 
-    def complete(self, batch_id: int, seen_until: int | None, held_rows: int) -> Snapshot:
-        """Mark the snapshot complete and drop the snapshots before the previous one."""
-        self._files.write_text(posixpath.join(self._folder(batch_id), _DONE),
-                               json.dumps({"seen_until": seen_until, "held_rows": held_rows}))
+    def complete(self, batch_id: int, seen_until: int | None, held_rows: int,
+                 refers_to: tuple[int, ...] = ()) -> Snapshot:
+        """Mark the snapshot complete, and drop the snapshots before the previous one that
+        neither refers to."""
+        previous = self.before(batch_id)
+        self._files.write_text(posixpath.join(self._folder(batch_id), _DONE), json.dumps(
+            {"seen_until": seen_until, "held_rows": held_rows, "refers_to": list(refers_to)}))
+        kept = {batch_id, *refers_to}
+        if previous is not None:
+            kept |= {previous.batch, *(previous.refers_to or ())}
         for batch, old in self._batches():
-            if batch < batch_id - 1:
+            if batch < batch_id and batch not in kept:
                 self._files.delete(old)
-        return Snapshot(batch_id, seen_until, held_rows)
+        return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to))
