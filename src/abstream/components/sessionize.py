@@ -37,9 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, Row
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -149,34 +150,33 @@ def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
         .drop("generation")
 
 
-def _closing_and_kept(visits: DataFrame, still_open: Column) -> Row:
-    """How many of ``visits`` close (``closing``), how many events the others hold
-    (``rows``), when the earliest of them started (``earliest``, epoch microseconds) and
-    the snapshots their events are in (``generations``)."""
-    return visits.agg(
+def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_open: Column,
+                held: DataFrame, *, limit: int) -> dict[str, Any]:
+    """Write those of ``visits`` still open, and return how many of them all close
+    (``closing``), how many events the others hold (``rows``), when the earliest of them
+    started (``earliest``, epoch microseconds) and the snapshots their events are in
+    (``generations``). Past ``limit`` snapshots, the ``held`` events of the visits not
+    sessionized in ``batch_id`` are first copied into its snapshot."""
+    kept = Observation()
+    state.write(batch_id, OPEN, visits.observe(
+        kept,
         F.count_if(~still_open).alias("closing"),
         F.sum(F.when(still_open, F.col("events"))).alias("rows"),
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
         F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
         .alias("generations"),
-    ).first()
+    ).where(still_open))
+    figures = dict(kept.get)
+    if len(figures["generations"]) > limit:
+        left_open = visits.where(still_open)
+        state.write(batch_id, CARRIED, _events_of(
+            held, left_open.where(F.col("generation") != batch_id)))
+        state.write(batch_id, OPEN, left_open.withColumn("generation", F.lit(batch_id)))
+        figures["generations"] = [batch_id]
+    return figures
 
 
-def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, held: DataFrame,
-                *, generations: tuple[int, ...], limit: int) -> tuple[int, ...]:
-    """Write the ``visits`` left open; return the snapshots their events are in. Past
-    ``limit`` of them, the ``held`` events of the visits not sessionized in ``batch_id``
-    are copied into its snapshot first."""
-    if len(generations) <= limit:
-        state.write(batch_id, OPEN, visits)
-        return generations
-    state.write(batch_id, CARRIED,
-                _events_of(held, visits.where(F.col("generation") != batch_id)))
-    state.write(batch_id, OPEN, visits.withColumn("generation", F.lit(batch_id)))
-    return (batch_id,)
-
-
-def _report(kept: Row, late: int, closing_at: int | None) -> dict[str, int]:
+def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[str, int]:
     """A micro-batch's figures for its progress: visits closed, late events, the events
     held, and its watermarks (epoch milliseconds)."""
     report = {"visits": kept["closing"], LATE: late, STATE_ROWS: kept["rows"] or 0}
@@ -241,7 +241,8 @@ def build(ctx: Context) -> DataStreamWriter:
                 still_open = _open_at(closing_at, gap_micros)
                 left_open = visits.withColumn("generation", F.lit(batch_id)) \
                     .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
-                kept = _closing_and_kept(left_open, still_open)
+                kept = _leave_open(state, batch_id, left_open, still_open, held,
+                                   limit=settings.state_generations)
                 # Few of the untouched visits close in a micro-batch: they are broadcast.
                 closing = F.broadcast(untouched_visits.where(~still_open).select(*HELD_VISIT))
                 closed = _closed(visits.where(~still_open), held, closing, carrying)
@@ -252,15 +253,12 @@ def build(ctx: Context) -> DataStreamWriter:
                 append_gold(metrics.with_lineage(metrics.experiment_metrics(
                     fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
                     SPEED), writer_id, batch_id)
-                refers_to = _leave_open(state, batch_id, left_open.where(still_open), held,
-                                        generations=tuple(kept["generations"]),
-                                        limit=settings.state_generations)
             finally:
                 visits.unpersist()
         finally:
             new.unpersist()
             touched.unpersist()
-        state.complete(batch_id, seen_until, kept["rows"] or 0, refers_to)
+        state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]))
         return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)
