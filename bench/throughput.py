@@ -6,9 +6,9 @@ The beacons are generated once per (events, seed) under bench/data/ and reused. 
 runs in a JVM of its own, started cold, while this process samples the resident memory of
 that process tree:
 
-- pipeline: abstream's three components as ``abstream run --once`` runs them (AvailableNow,
+- pipeline: abstream's components as ``abstream run --once`` runs them (AvailableNow,
   one after the other, the default configuration plus ``--config`` / ABSTREAM__* settings),
-  each timed on its own;
+  each timed on its own, with the time of each step of its micro-batches;
 - baseline: the JSON files read with Spark's JSON source, a ``session_window`` per session,
   then a 5-minute windowed aggregation per experiment and variant into a Delta table, all
   with Spark's defaults (200 shuffle partitions, the HDFS-backed state store);
@@ -127,6 +127,7 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
         "state_memory_bytes": {name: stats[name]["state_memory_bytes"] for name in seconds},
         "state_disk_bytes": {name: folder_bytes(Path(layout.checkpoint(name)) / "state")
                              for name in seconds},
+        "step_seconds": {name: stats[name]["step_seconds"] for name in seconds},
     }
 
 
@@ -319,6 +320,7 @@ def summarize(records: int, pipeline_result: dict, baseline: dict, floor: dict,
         "state_rows": pipeline_result["state_rows"],
         "state_memory_bytes": pipeline_result["state_memory_bytes"],
         "state_disk_bytes": pipeline_result["state_disk_bytes"],
+        "step_seconds": pipeline_result["step_seconds"],
         "baseline_metric_rows": baseline["metric_rows"],
         "config": config_file,
         "settings": {name: value for name, value in sorted(os.environ.items())
@@ -340,10 +342,22 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['baseline_events_per_s']:>10,}")
     print(f"{'parse floor':<22} {seconds['parse_floor']:>9.1f} "
           f"{result['parse_floor_events_per_s']:>10,}")
+    print_steps(result)
     print(f"\n{result['events']:,} beacons; end to end / baseline = {result['ratio']}x; "
           f"end to end / parse floor = {result['end_to_end_over_parse_floor']}x; "
           f"peak RSS {result['peak_rss_mb']:,} MB (baseline {result['baseline_peak_rss_mb']:,} MB)"
           f"; {result['machine']}")
+
+
+def print_steps(result: dict[str, Any]) -> None:
+    """Where each component's time went: its steps (``RunStats.step``), and the rest (query
+    start, planning, reading its source, the steps' Python)."""
+    print(f"\n{'component':<11} {'step':<26} {'seconds':>8} {'share':>6}")
+    for name, steps in result["step_seconds"].items():
+        total = result["seconds"][name]
+        rest = total - sum(steps.values())
+        for step, seconds in [*steps.items(), ("other", rest)]:
+            print(f"{name:<11} {step:<26} {seconds:>8.1f} {seconds / total:>6.0%}")
 
 
 def main() -> int:

@@ -273,9 +273,12 @@ def _cmd_run(args: argparse.Namespace, config: Config) -> int:
         exporter.stop()
     for name, stats in ctx.stats.as_dict().items():
         written = ", ".join(f"{v:,} {k}" for k, v in stats["written"].items()) or "nothing"
+        steps = ", ".join(f"{step} {seconds:,.1f} s"
+                          for step, seconds in stats["step_seconds"].items())
         log.info("%s: %d batches, %s rows in, wrote %s; %s duplicates and %s late rows "
-                 "dropped", name, stats["batches"], f"{stats['input_rows']:,}", written,
-                 f"{stats['duplicates_dropped']:,}", f"{stats['late_rows_dropped']:,}")
+                 "dropped%s", name, stats["batches"], f"{stats['input_rows']:,}", written,
+                 f"{stats['duplicates_dropped']:,}", f"{stats['late_rows_dropped']:,}",
+                 f"; time by step: {steps}" if steps else "")
     return 0
 
 

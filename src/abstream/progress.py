@@ -7,18 +7,22 @@ same listener.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: What a component's sink reports of a micro-batch besides the rows it wrote: repeats it
 #: dropped, events behind its watermark it dropped, and the rows of state it carries on.
@@ -49,6 +53,9 @@ class ComponentStats:
     state_memory_bytes: int = 0
     #: The most state rows after any of its micro-batches.
     peak_state_rows: int = 0
+    #: Seconds its micro-batches spent in each named step (the Spark jobs a step runs),
+    #: over the run: where a component's time goes.
+    step_seconds: Counter[str] = field(default_factory=Counter)
 
     @property
     def rows_per_second(self) -> float:
@@ -72,6 +79,26 @@ class RunStats:
         """Called by a component's sink: what one micro-batch wrote."""
         with self._lock:
             self._pending.setdefault((component, batch_id), Counter()).update(rows)
+
+    @contextmanager
+    def step(self, component: str, name: str) -> Iterator[None]:
+        """Add the seconds the block takes to the component's ``name`` step."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                stats = self._components.setdefault(component, ComponentStats())
+                stats.step_seconds[name] += time.monotonic() - began
+
+    def timed(self, component: str, name: str, action: Callable[P, R]) -> Callable[P, R]:
+        """``action``, its calls added to the component's ``name`` step."""
+        @functools.wraps(action)
+        def timed_action(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self.step(component, name):
+                return action(*args, **kwargs)
+
+        return timed_action
 
     def progressed(self, progress: dict[str, Any]) -> tuple[ComponentStats, Counter[str]]:
         name, batch_id = progress.get("name") or "query", int(progress["batchId"])
@@ -133,6 +160,8 @@ class RunStats:
                     "state_rows": s.state_rows,
                     "peak_state_rows": s.peak_state_rows,
                     "state_memory_bytes": s.state_memory_bytes,
+                    "step_seconds": {step: round(seconds, 3)
+                                     for step, seconds in s.step_seconds.items()},
                 }
                 for name, s in self._components.items()
             }

@@ -12,6 +12,8 @@ from abstream.io.sources import kafka_stream
 from abstream.kafka.topics import ensure_topics
 from abstream.stages import kafka_records
 
+NAME = "archive"
+
 
 def build(ctx: Context) -> DataStreamWriter:
     kafka = ctx.config.kafka
@@ -20,11 +22,11 @@ def build(ctx: Context) -> DataStreamWriter:
     records = kafka_stream(ctx.spark, kafka.bootstrap_servers, topics,
                            ctx.config.archive.max_offsets_per_trigger)
     parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
-    return stream_writer(ctx, "archive", parsed, bronze_write(ctx))
+    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
 
 
 COMPONENT = Component(
-    name="archive",
+    name=NAME,
     reads=("kafka.valid_topic", "kafka.rejected_topic"),
     writes=("events", "rejected"),
     build=build,

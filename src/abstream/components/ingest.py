@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
@@ -16,28 +17,36 @@ from abstream.progress import DUPLICATES
 from abstream.stages import dedupe, validate
 from abstream.times import from_micros
 
+NAME = "ingest"
 
-def bronze_write(ctx: Context) -> BatchWrite:
+
+def bronze_write(ctx: Context, component: str) -> BatchWrite:
     """Writes checked records: valid events to bronze, each event_id once within
-    ``ingest.dedupe_window`` of ingestion, refused ones to quarantine."""
+    ``ingest.dedupe_window`` of ingestion, refused ones to quarantine; the time of each step
+    goes to ``component``'s steps."""
+    timed = partial(ctx.stats.timed, component)
     events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
-    append_events = sinks.AppendOnce(events_path, EVENTS_TABLE.partition_by)
-    append_rejected = sinks.AppendOnce(ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout),
-                                       REJECTED_TABLE.partition_by)
+    append_events = timed("bronze append",
+                          sinks.AppendOnce(events_path, EVENTS_TABLE.partition_by))
+    append_rejected = timed("quarantine append", sinks.AppendOnce(
+        ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout), REJECTED_TABLE.partition_by))
+    drop_duplicate_events = timed("find repeats", dedupe.drop_duplicate_events)
     window = ctx.config.ingest.dedupe_window
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         batch.persist()
         try:
-            counts = batch.agg(F.count_if(F.col("reason").isNull()).alias("valid"),
-                               F.count_if(F.col("reason").isNotNull()).alias("rejected"),
-                               F.unix_micros(F.min("ingested_at")).alias("ingested")).first()
+            with ctx.stats.step(component, "parse and check"):
+                counts = batch.agg(
+                    F.count_if(F.col("reason").isNull()).alias("valid"),
+                    F.count_if(F.col("reason").isNotNull()).alias("rejected"),
+                    F.unix_micros(F.min("ingested_at")).alias("ingested")).first()
             events = duplicates = 0
             if counts["valid"]:
                 bronze = batch.sparkSession.read.format("delta").load(events_path)
                 seen = dedupe.recent_ids(bronze, from_micros(counts["ingested"]) - window)
                 written = Observation()
-                unique = dedupe.drop_duplicate_events(validate.valid_events(batch), seen) \
+                unique = drop_duplicate_events(validate.valid_events(batch), seen) \
                     .observe(written, F.count(F.lit(1)).alias("rows"))
                 events = counts["valid"]
                 # One file per event_date a micro-batch: sessionize reads bronze a number of
@@ -60,11 +69,11 @@ def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.ingest
     lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
     parsed = validate.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
-    return stream_writer(ctx, "ingest", parsed, bronze_write(ctx))
+    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
 
 
 COMPONENT = Component(
-    name="ingest",
+    name=NAME,
     reads=("landing",),
     writes=("events", "rejected"),
     build=build,

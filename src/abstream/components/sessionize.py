@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
@@ -150,6 +151,18 @@ def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
         .drop("generation")
 
 
+def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -> Observation:
+    """Write the events of the micro-batch's visits (``started``) as its snapshot's events
+    part, late ones with no visit; observed: how many were late, and the newest event time
+    (epoch microseconds)."""
+    seen = Observation()
+    state.write(batch_id, EVENTS, started
+                .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
+                .observe(seen, F.count_if("late").alias("late"),
+                         F.unix_micros(F.max("event_ts")).alias("newest")))
+    return seen
+
+
 def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_open: Column,
                 held: DataFrame, *, limit: int) -> dict[str, Any]:
     """Write those of ``visits`` still open, and return how many of them all close
@@ -197,10 +210,13 @@ def build(ctx: Context) -> DataStreamWriter:
     gap_micros = gap // timedelta(microseconds=1)
     windowing = metrics.Windowing.of(ctx.config.metrics)
     events_path = ensure_table(spark, EVENTS_TABLE, ctx.layout)
-    append_visits = sinks.AppendOnce(ensure_table(spark, SESSIONS_TABLE, ctx.layout),
-                                     SESSIONS_TABLE.partition_by)
-    append_gold = sinks.AppendOnce(ensure_table(spark, METRICS_TABLE, ctx.layout),
-                                   METRICS_TABLE.partition_by)
+    timed = partial(ctx.stats.timed, NAME)
+    append_visits = timed("silver append", sinks.AppendOnce(
+        ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
+    append_gold = timed("gold append", sinks.AppendOnce(
+        ensure_table(spark, METRICS_TABLE, ctx.layout), METRICS_TABLE.partition_by))
+    snapshot_events = timed("events snapshot", _snapshot_events)
+    leave_open = timed("visits and open snapshot", _leave_open)
     state = StateSnapshots(spark, ctx.layout.checkpoint(NAME) + "/state",
                            {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
                             CARRIED: SESSION_STATE})
@@ -225,11 +241,7 @@ def build(ctx: Context) -> DataStreamWriter:
             # micro-batch reads bronze once: they are counted there and go no further.
             started = sessions.with_visit_start(held_touched.unionByName(new), gap,
                                                 apart=("late",))
-            seen = Observation()
-            state.write(batch_id, EVENTS, started
-                        .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
-                        .observe(seen, F.count_if("late").alias("late"),
-                                 F.unix_micros(F.max("event_ts")).alias("newest")))
+            seen = snapshot_events(state, batch_id, started)
             seen_until = max((t for t in (seen_before, seen.get["newest"]) if t is not None),
                              default=None)
             # Everything below reads the snapshot just written: the micro-batch is sessionized
@@ -241,7 +253,7 @@ def build(ctx: Context) -> DataStreamWriter:
                 still_open = _open_at(closing_at, gap_micros)
                 left_open = visits.withColumn("generation", F.lit(batch_id)) \
                     .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
-                kept = _leave_open(state, batch_id, left_open, still_open, held,
+                kept = leave_open(state, batch_id, left_open, still_open, held,
                                    limit=settings.state_generations)
                 # Few of the untouched visits close in a micro-batch: they are broadcast.
                 closing = F.broadcast(untouched_visits.where(~still_open).select(*HELD_VISIT))
