@@ -1,8 +1,8 @@
 """Progress of streaming components: one log line per micro-batch and run totals.
 
 A ``StreamingQueryListener`` reads every query's progress (input rows, rate, duplicates and
-late rows dropped); components add what their sinks wrote. Lag monitoring builds on the
-same listener.
+late rows dropped); components add what their sinks wrote and how long each step of their
+micro-batches took. Lag monitoring builds on the same listener.
 """
 
 from __future__ import annotations
