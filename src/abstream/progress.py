@@ -7,7 +7,6 @@ micro-batches took. Lag monitoring builds on the same listener.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -83,17 +82,16 @@ class RunStats:
     @contextmanager
     def step(self, component: str, name: str) -> Iterator[None]:
         """Add the seconds the block takes to the component's ``name`` step."""
+        stats = self.component(component)
         began = time.monotonic()
         try:
             yield
         finally:
             with self._lock:
-                stats = self._components.setdefault(component, ComponentStats())
                 stats.step_seconds[name] += time.monotonic() - began
 
     def timed(self, component: str, name: str, action: Callable[P, R]) -> Callable[P, R]:
         """``action``, its calls added to the component's ``name`` step."""
-        @functools.wraps(action)
         def timed_action(*args: P.args, **kwargs: P.kwargs) -> R:
             with self.step(component, name):
                 return action(*args, **kwargs)

@@ -168,8 +168,10 @@ def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_o
     """Write those of ``visits`` still open, and return how many of them all close
     (``closing``), how many events the others hold (``rows``), when the earliest of them
     started (``earliest``, epoch microseconds) and the snapshots their events are in
-    (``generations``). Past ``limit`` snapshots, the ``held`` events of the visits not
-    sessionized in ``batch_id`` are first copied into its snapshot."""
+    (``generations``), observed while they are written. Past ``limit`` snapshots, the
+    ``held`` events of the visits not sessionized in ``batch_id`` are then copied into its
+    snapshot and the open visits written again, each referring to it: one rewrite every
+    ``limit`` micro-batches or so, instead of a job of its own in every one to count them."""
     kept = Observation()
     state.write(batch_id, OPEN, visits.observe(
         kept,
