@@ -12,7 +12,11 @@ micro-batch pays at least, a small Delta append and a trivial Spark job, are mea
 
 Landing pieces read the landing files (cumulative from ``read``, except ``json-source``,
 Spark's JSON file source for comparison); ``write-bronze`` writes the valid, de-duplicated
-events to a Delta table partitioned like bronze, which the bronze pieces then read.
+events to a Delta table partitioned like bronze, which the bronze pieces then read. The
+last piece is ``make bench``'s naive chain as one batch job in the same session: its time
+over the floor's compares the work of the speed layer's stage functions with the naive
+chain's, both as batch jobs (``make bench`` runs the naive chain as a stream, with Spark's
+streaming defaults, which costs it more).
 
     python bench/ceiling.py [--events 1000000] [--seed 1]
 
@@ -35,7 +39,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from throughput import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
+from throughput import (
+    RESULTS,
+    dataset,
+    log_progress,
+    machine,
+    naive_chain,
+    rate,
+    records_in,
+    write_result,
+)
 
 from abstream.config import Config, load_config
 from abstream.durations import spark_interval
@@ -135,6 +148,10 @@ def _gold(i: Inputs) -> DataFrame:
         i.config.metrics.hll_lg_k)
 
 
+def _naive_chain(i: Inputs) -> DataFrame:
+    return naive_chain(_json_source(i))
+
+
 def _group_by_session(i: Inputs) -> DataFrame:
     return i.events().groupBy("session_id").agg(
         F.count(F.lit(1)).alias("events"), F.min("event_ts").alias("first"),
@@ -152,10 +169,14 @@ PIECES = (
     Piece("sessionize", "bronze -> sessions.assemble_visits", "bronze", _visits),
     Piece("gold", "bronze -> sessionize + experiment_metrics", "bronze", _gold),
     Piece("group-session", "bronze -> groupBy(session_id)", "bronze", _group_by_session),
+    Piece("naive-chain", "make bench's naive baseline, as one batch job", "landing",
+          _naive_chain),
 )
 #: The pieces a speed layer of batch jobs runs over every event: ingest's, then
 #: sessionize's; their summed time is its floor on this machine.
 FLOOR = ("write-bronze", "gold")
+#: What the floor is compared with: the naive chain's work as a batch job.
+NAIVE = "naive-chain"
 
 
 def run(piece: Piece, inputs: Inputs) -> float:
@@ -236,7 +257,8 @@ def main() -> int:
                                 "rows_per_s": rate(rows[piece.source], seconds[piece.name])}
                    for piece in PIECES},
         "floor": {"pieces": list(FLOOR), "seconds": floor,
-                  "events_per_s": rate(records, floor)},
+                  "events_per_s": rate(records, floor),
+                  "naive_over_floor": round(seconds[NAIVE] / floor, 3)},
         "fixed_costs": costs,
         "machine": machine(), "master": config.spark.master,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -254,6 +276,8 @@ def print_table(result: dict[str, Any]) -> None:
     floor = result["floor"]
     print(f"{'floor':<15} {' + '.join(floor['pieces']) + ' (events/s)':<42} "
           f"{result['events']:>10,} {floor['seconds']:>8.2f} {floor['events_per_s']:>10,}")
+    print(f"naive chain / floor = {floor['naive_over_floor']:.3f}x: the naive chain's time "
+          "over the floor's, both as batch jobs")
     costs = result["fixed_costs"]
     print(f"\nfixed costs (median): Delta append of 10 rows {costs['delta_append_10_rows_ms']:,.0f}"
           f" ms; spark.range(10).collect() {costs['range_10_collect_ms']:,.1f} ms")
