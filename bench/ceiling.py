@@ -158,6 +158,10 @@ def _group_by_session(i: Inputs) -> DataFrame:
         F.max("event_ts").alias("last"))
 
 
+#: What the floor is compared with: the naive chain's work as a batch job.
+NAIVE = "naive-chain"
+
+
 PIECES = (
     Piece("read", "landing files as lines (text source)", "landing", Inputs.lines),
     Piece("from-json", "+ from_json, beacon schema", "landing", _parse),
@@ -169,14 +173,11 @@ PIECES = (
     Piece("sessionize", "bronze -> sessions.assemble_visits", "bronze", _visits),
     Piece("gold", "bronze -> sessionize + experiment_metrics", "bronze", _gold),
     Piece("group-session", "bronze -> groupBy(session_id)", "bronze", _group_by_session),
-    Piece("naive-chain", "make bench's naive baseline, as one batch job", "landing",
-          _naive_chain),
+    Piece(NAIVE, "make bench's naive baseline, as one batch job", "landing", _naive_chain),
 )
 #: The pieces a speed layer of batch jobs runs over every event: ingest's, then
 #: sessionize's; their summed time is its floor on this machine.
 FLOOR = ("write-bronze", "gold")
-#: What the floor is compared with: the naive chain's work as a batch job.
-NAIVE = "naive-chain"
 
 
 def run(piece: Piece, inputs: Inputs) -> float:
