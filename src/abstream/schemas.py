@@ -123,6 +123,9 @@ SESSIONS = StructType(
     ]
 )
 
+#: The columns of silver ``sessions`` that are not the visit's own.
+SESSION_LINEAGE = ("layer", "computed_at", "visit_date")
+
 #: What the sessionize component writes of each micro-batch, and reads back: the events it
 #: sessionized (the bronze columns sessions and metrics read) with their visit's start and,
 #: for the events it carried from the micro-batch before, the start of the visit they were
@@ -146,17 +149,15 @@ SESSION_STATE = StructType(
     ]
 )
 
-#: The visits a micro-batch of sessionize left open: their last event and number of events
-#: (NULL in snapshots written before they were kept), the entries their events were
-#: counted for, and the micro-batch whose snapshot holds their events (NULL where that was
-#: the snapshot itself, before generations were kept).
+#: The visits a micro-batch of sessionize left open: each as silver has it (without the
+#: lineage), as assembled when its session was last sessionized, and the micro-batch whose
+#: snapshot holds its events (its generation). Snapshots written before they kept the
+#: whole visit have NULL measures (and, earlier still, NULL ends and events and no
+#: generation: the snapshot itself held the events).
 OPEN_VISITS = StructType(
     [
-        StructField("session_id", StringType(), False),
-        StructField("visit_start", TimestampType(), False),
-        StructField("visit_end", TimestampType()),
-        StructField("events", LongType()),
-        StructField("experiments", ArrayType(VISIT_ENTRY), False),
+        *(StructField(field.name, field.dataType) for field in SESSIONS.fields
+          if field.name not in SESSION_LINEAGE),
         StructField("generation", LongType()),
     ]
 )

@@ -130,9 +130,14 @@ def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
     assert _assigned_events(ctx) == (7, 2)
 
 
-def test_state_without_visit_ends_is_sessionized_again(ctx, tmp_path):
-    """A snapshot written before open visits kept their end and events, and before the
-    events of untouched visits were carried apart: its open visits are sessionized again."""
+@pytest.mark.parametrize("kept", [
+    ("session_id", "visit_start", "experiments"),
+    ("session_id", "visit_start", "visit_end", "events", "experiments", "generation"),
+], ids=["entries only", "without measures"])
+def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
+    """A snapshot written before open visits were kept whole (before they kept their end
+    and events, and before the events of untouched visits were carried apart): its open
+    visits are sessionized again."""
     ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
     _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + timedelta(minutes=10)),
                   ("b1", "busy", T0)])
@@ -140,8 +145,7 @@ def test_state_without_visit_ends_is_sessionized_again(ctx, tmp_path):
     state = Path(ctx.layout.checkpoint("sessionize")) / "state"
     (snapshot,) = state.glob("batch=*")
     open_visits = snapshot / "open_visits"
-    old = ctx.spark.read.parquet(str(open_visits)) \
-        .select("session_id", "visit_start", "experiments")
+    old = ctx.spark.read.parquet(str(open_visits)).select(*kept)
     old.write.parquet(str(tmp_path / "open_visits"))
     shutil.rmtree(open_visits)
     shutil.move(tmp_path / "open_visits", open_visits)

@@ -12,14 +12,14 @@ instead of its streaming state stores. Each micro-batch
    they touch (``stages.sessions``) and writes them, once, as the micro-batch's state
    snapshot;
 3. assembles their visits (cached: a row per visit) and appends to silver those that closed
-   (their last event + ``gap`` behind the next watermark), with the visits of untouched
-   sessions that closed, assembled from their carried events;
+   (their last event + ``gap`` behind the next watermark), with the untouched open visits
+   that closed, as the snapshot before kept them;
 4. appends to gold what changed: each event's targets it had not been counted for yet (an
    event is counted as soon as it arrives, and again for a population it joins later, when
    its visit meets an experiment or an exposure: its visit's entries now against those of
    the visit it was counted in before), and the visit numbers of the visits that closed;
-5. writes the visits left open, with their end, events and entries, and for each the
-   snapshot whose events part holds its events (its generation), for the next micro-batch.
+5. writes the visits left open, whole (silver's columns), and for each the snapshot whose
+   events part holds its events (its generation), for the next micro-batch.
 
 A micro-batch's work is its new events and the open visits they touch: in a live stream,
 where a visit stays open for the gap after its last event, most open visits are untouched
@@ -110,32 +110,22 @@ def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
 
 
 def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
-             ) -> tuple[DataFrame, DataFrame, bool]:
-    """``new``, the sessions sessionized again, and whether any open visit is carried.
+             ) -> tuple[DataFrame, DataFrame]:
+    """``new`` and the sessions sessionized again.
 
     The sessions sessionized again are those with new events in time, and those of open
-    visits whose end a snapshot did not keep (written before it did); the other open visits
+    visits a snapshot did not keep whole (written before it did); the other open visits
     are carried over as they are. Where ``previous`` holds events, ``new`` and the sessions
     come back cached (unpersist them): ``new`` is read for the sessions it touches and then
     sessionized, and the micro-batch reads bronze once; the sessions, few, are joined to the
-    held visits and events several times. Otherwise no session is touched and nothing is
-    carried over.
+    held visits and events several times. Otherwise no session is touched.
     """
     if previous is None or previous.held_rows == 0:
-        return new, new.sparkSession.createDataFrame([], "session_id string"), False
+        return new, new.sparkSession.createDataFrame([], "session_id string")
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
-        held_visits.where(F.col("visit_end").isNull()).select("session_id")).distinct()
-    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK)), True
-
-
-def _closed(sessionized: DataFrame, held: DataFrame, closing: DataFrame, carrying: bool
-            ) -> DataFrame:
-    """The visits that close: those ``sessionized`` now and, where visits were carried,
-    the ``closing`` visits of the ``held`` events, assembled from them."""
-    if not carrying:
-        return sessionized
-    return sessionized.unionByName(sessions.assemble_visits(_events_of(held, closing)))
+        held_visits.where(F.col("pageviews").isNull()).select("session_id")).distinct()
+    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
 
 
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
@@ -233,7 +223,7 @@ def build(ctx: Context) -> DataStreamWriter:
         new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
                            late.alias("late"))
         held_visits, held = _held(state, previous)
-        new, touched, carrying = _touched(new, held_visits, previous)
+        new, touched = _touched(new, held_visits, previous)
         try:
             touched_visits = held_visits.join(touched, "session_id", "left_semi")
             held_touched = _events_of(held.join(touched, "session_id", "left_semi"),
@@ -257,9 +247,8 @@ def build(ctx: Context) -> DataStreamWriter:
                     .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
                 kept = leave_open(state, batch_id, left_open, still_open, held,
                                    limit=settings.state_generations)
-                # Few of the untouched visits close in a micro-batch: they are broadcast.
-                closing = F.broadcast(untouched_visits.where(~still_open).select(*HELD_VISIT))
-                closed = _closed(visits.where(~still_open), held, closing, carrying)
+                closed = visits.where(~still_open).unionByName(
+                    untouched_visits.where(~still_open).drop("generation"))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
                 fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
