@@ -86,7 +86,7 @@ class SessionizeSettings(_Section):
     max_files_per_trigger: int = Field(default=5, gt=0)
     #: Snapshots whose events the open visits may stay in before a micro-batch copies them
     #: into its own.
-    state_generations: int = Field(default=8, gt=0)
+    state_generations: int = Field(default=64, gt=0)
 
 
 class MetricsSettings(_Section):

@@ -94,10 +94,14 @@ def _carried_then_touched(ctx):
     _append(ctx, [("b4", "busy", T0 + minutes[5])])
 
 
-@pytest.mark.parametrize("generations", [8, 1])
-def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations):
+@pytest.mark.parametrize(("generations", "copied_into"), [
+    (8, []),
+    # One snapshot at most: each micro-batch copies the open visits of the one before.
+    (1, ["batch=2", "batch=3"]),
+])
+def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, copied_into):
     """Untouched visits stay in the snapshot that sessionized them (up to ``generations``
-    snapshots), or are copied into the newest one."""
+    snapshots), or those of the oldest snapshot are copied into the newest one."""
     ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
                       state_generations=generations)
     _carried_then_touched(ctx)
@@ -107,11 +111,30 @@ def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations):
     assert sorted(p.name for p in state.glob("batch=*")) == ["batch=2", "batch=3"], \
         "idle (sessionized in 2) and busy (in 3) are open"
     copied = sorted(p.parent.name for p in state.glob("batch=*/carried_events"))
-    assert copied == ([] if generations == 8 else ["batch=3"])
+    assert copied == copied_into
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
     assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_past_the_limit_only_the_oldest_snapshot_is_copied(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
+                      state_generations=2)
+    minute = timedelta(minutes=1)
+    _append(ctx, [("a1", "A", T0), ("c1", "C", T0)])
+    _append(ctx, [("b1", "B", T0 + minute)])
+    _append(ctx, [("d1", "D", T0 + 2 * minute)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    carried = ctx.spark.read.parquet(str(state / "batch=2" / "carried_events"))
+    assert sorted(r["session_id"] for r in carried.collect()) == ["A", "C"], \
+        "the third snapshot takes in the first one's open visits, not the second one's"
+    _append(ctx, [("a2", "A", T0 + 3 * minute)])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("A", 2), ("B", 1), ("C", 1), ("D", 1)]
+    assert _assigned_events(ctx) == (6, 4), "each event and each closed visit counted once"
 
 
 def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):

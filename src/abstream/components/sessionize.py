@@ -24,9 +24,9 @@ instead of its streaming state stores. Each micro-batch
 A micro-batch's work is its new events and the open visits they touch: in a live stream,
 where a visit stays open for the gap after its last event, most open visits are untouched
 in any one micro-batch, and their events stay where an earlier snapshot wrote them. Once
-the visits left open refer to more than ``sessionize.state_generations`` snapshots, the
-micro-batch copies the untouched visits' events into its own snapshot, so a micro-batch
-reads a bounded number of them.
+the visits left open would refer to more than ``sessionize.state_generations`` snapshots,
+the micro-batch copies the open visits' events of the oldest into its own snapshot. A
+micro-batch reads the events of the snapshots that hold the visits it touches, no others.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
 has its own watermark (``abstream.watermarks``): the visits held open hold back the output
@@ -84,25 +84,26 @@ def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> 
     return targets.where(~already)
 
 
-def _held(state: StateSnapshots, previous: Snapshot | None) -> tuple[DataFrame, DataFrame]:
-    """The visits ``previous`` left open, each with its ``generation``, and the events of
-    the snapshots they refer to, each with the start of the visit it was counted in
-    (``counted_in``) and its snapshot (``generation``), including the events of visits
-    closed or sessionized again since (join them to the visits).
+def _held(state: StateSnapshots, previous: Snapshot | None
+          ) -> tuple[DataFrame, tuple[int, ...]]:
+    """The visits ``previous`` left open, each with its ``generation``, and the snapshots
+    that hold their events.
 
     A snapshot written before open visits kept their generation held the events of its
     open visits itself."""
     if previous is None:
-        return state.read(None, OPEN), _generations(state, ())
+        return state.read(None, OPEN), ()
     generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
     visits = state.read(previous, OPEN).withColumn(
         "generation", F.coalesce("generation", F.lit(previous.batch)))
-    return visits, _generations(state, generations)
+    return visits, generations
 
 
 def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
-    """The events the snapshots of ``batches`` hold: those they sessionized (not late) and
-    those they copied."""
+    """The events the snapshots of ``batches`` hold, each with the start of the visit it was
+    counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
+    (not late) and those they copied, including the events of visits closed or sessionized
+    again since (join them to the visits)."""
     events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
     return events.select(*sessions.SESSION_INPUT, "visit_start",
                          F.col("visit_start").alias("counted_in"), "late",
@@ -110,22 +111,27 @@ def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
 
 
 def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
-             ) -> tuple[DataFrame, DataFrame]:
-    """``new`` and the sessions sessionized again.
+             ) -> tuple[DataFrame, DataFrame, tuple[int, ...]]:
+    """``new``, the sessions sessionized again, and the snapshots that hold the events of
+    their open visits.
 
     The sessions sessionized again are those with new events in time, and those of open
     visits a snapshot did not keep whole (written before it did); the other open visits
-    are carried over as they are. Where ``previous`` holds events, ``new`` and the sessions
-    come back cached (unpersist them): ``new`` is read for the sessions it touches and then
-    sessionized, and the micro-batch reads bronze once; the sessions, few, are joined to the
-    held visits and events several times. Otherwise no session is touched.
+    are carried over as they are, and only the snapshots of the touched ones are read.
+    Where ``previous`` holds events, ``new`` and the sessions come back cached (unpersist
+    them): ``new`` is read for the sessions it touches and then sessionized, and the
+    micro-batch reads bronze once; the sessions, few, are joined to the held visits and
+    events several times. Otherwise no session is touched.
     """
     if previous is None or previous.held_rows == 0:
-        return new, new.sparkSession.createDataFrame([], "session_id string")
+        return new, new.sparkSession.createDataFrame([], "session_id string"), ()
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
         held_visits.where(F.col("pageviews").isNull()).select("session_id")).distinct()
-    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+    touched = F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+    generations = held_visits.join(touched, "session_id", "left_semi") \
+        .select("generation").distinct().collect()
+    return new, touched, tuple(sorted(row["generation"] for row in generations))
 
 
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
@@ -154,14 +160,24 @@ def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -
 
 
 def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_open: Column,
-                held: DataFrame, *, limit: int) -> dict[str, Any]:
+                held_in: tuple[int, ...], *, limit: int) -> dict[str, Any]:
     """Write those of ``visits`` still open, and return how many of them all close
     (``closing``), how many events the others hold (``rows``), when the earliest of them
     started (``earliest``, epoch microseconds) and the snapshots their events are in
-    (``generations``), observed while they are written. Past ``limit`` snapshots, the
-    ``held`` events of the visits not sessionized in ``batch_id`` are then copied into its
-    snapshot and the open visits written again, each referring to it: one rewrite every
-    ``limit`` micro-batches or so, instead of a job of its own in every one to count them."""
+    (``generations``), observed while they are written.
+
+    The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
+    ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
+    oldest are first copied into ``batch_id``'s, each visit then referring to it: a
+    micro-batch copies what one snapshot holds at most, and the open visits are written
+    once."""
+    moved = held_in[:max(0, len(held_in) + 1 - limit)]
+    if moved:
+        generation = F.col("generation")
+        state.write(batch_id, CARRIED, _events_of(
+            _generations(state, moved), visits.where(still_open & generation.isin(*moved))))
+        visits = visits.withColumn(
+            "generation", F.when(generation.isin(*moved), F.lit(batch_id)).otherwise(generation))
     kept = Observation()
     state.write(batch_id, OPEN, visits.observe(
         kept,
@@ -171,14 +187,7 @@ def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_o
         F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
         .alias("generations"),
     ).where(still_open))
-    figures = dict(kept.get)
-    if len(figures["generations"]) > limit:
-        left_open = visits.where(still_open)
-        state.write(batch_id, CARRIED, _events_of(
-            held, left_open.where(F.col("generation") != batch_id)))
-        state.write(batch_id, OPEN, left_open.withColumn("generation", F.lit(batch_id)))
-        figures["generations"] = [batch_id]
-    return figures
+    return dict(kept.get)
 
 
 def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[str, int]:
@@ -222,12 +231,14 @@ def build(ctx: Context) -> DataStreamWriter:
         late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
         new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
                            late.alias("late"))
-        held_visits, held = _held(state, previous)
-        new, touched = _touched(new, held_visits, previous)
+        held_visits, generations = _held(state, previous)
+        new, touched, touched_generations = _touched(new, held_visits, previous)
         try:
             touched_visits = held_visits.join(touched, "session_id", "left_semi")
-            held_touched = _events_of(held.join(touched, "session_id", "left_semi"),
-                                      touched_visits).drop("visit_start")
+            held_touched = _events_of(
+                _generations(state, touched_generations).join(touched, "session_id",
+                                                              "left_semi"),
+                touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
@@ -245,7 +256,7 @@ def build(ctx: Context) -> DataStreamWriter:
                 still_open = _open_at(closing_at, gap_micros)
                 left_open = visits.withColumn("generation", F.lit(batch_id)) \
                     .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
-                kept = leave_open(state, batch_id, left_open, still_open, held,
+                kept = leave_open(state, batch_id, left_open, still_open, generations,
                                    limit=settings.state_generations)
                 closed = visits.where(~still_open).unionByName(
                     untouched_visits.where(~still_open).drop("generation"))
