@@ -83,7 +83,8 @@ class SessionizeSettings(_Section):
     trigger: Duration = timedelta(seconds=5)
     gap: Duration = timedelta(minutes=35)
     lateness: Duration = timedelta(minutes=15)
-    max_files_per_trigger: int = Field(default=5, gt=0)
+    #: Bronze files a micro-batch: each up to one ingest micro-batch's events of a day.
+    max_files_per_trigger: int = Field(default=2, gt=0)
     #: Snapshots whose events the open visits may stay in before a micro-batch copies them
     #: into its own.
     state_generations: int = Field(default=64, gt=0)
