@@ -111,27 +111,29 @@ def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
 
 
 def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
-             ) -> tuple[DataFrame, DataFrame, tuple[int, ...]]:
-    """``new``, the sessions sessionized again, and the snapshots that hold the events of
-    their open visits.
+             ) -> tuple[DataFrame, DataFrame]:
+    """``new`` and the sessions sessionized again.
 
     The sessions sessionized again are those with new events in time, and those of open
     visits a snapshot did not keep whole (written before it did); the other open visits
-    are carried over as they are, and only the snapshots of the touched ones are read.
-    Where ``previous`` holds events, ``new`` and the sessions come back cached (unpersist
-    them): ``new`` is read for the sessions it touches and then sessionized, and the
-    micro-batch reads bronze once; the sessions, few, are joined to the held visits and
-    events several times. Otherwise no session is touched.
+    are carried over as they are. Where ``previous`` holds events, ``new`` and the
+    sessions come back cached (unpersist them): ``new`` is read for the sessions it
+    touches and then sessionized, and the micro-batch reads bronze once; the sessions,
+    few, are joined to the held visits and events several times. Otherwise no session is
+    touched.
     """
     if previous is None or previous.held_rows == 0:
-        return new, new.sparkSession.createDataFrame([], "session_id string"), ()
+        return new, new.sparkSession.createDataFrame([], "session_id string")
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
         held_visits.where(F.col("pageviews").isNull()).select("session_id")).distinct()
-    touched = F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
-    generations = held_visits.join(touched, "session_id", "left_semi") \
-        .select("generation").distinct().collect()
-    return new, touched, tuple(sorted(row["generation"] for row in generations))
+    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
+    """The snapshots that hold the events of held ``visits``, oldest first."""
+    rows = visits.select("generation").distinct().collect()
+    return tuple(sorted(row["generation"] for row in rows))
 
 
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
@@ -232,12 +234,13 @@ def build(ctx: Context) -> DataStreamWriter:
         new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
                            late.alias("late"))
         held_visits, generations = _held(state, previous)
-        new, touched, touched_generations = _touched(new, held_visits, previous)
+        new, touched = _touched(new, held_visits, previous)
         try:
             touched_visits = held_visits.join(touched, "session_id", "left_semi")
+            # Only the snapshots that hold the touched visits are read: no open visit, none.
             held_touched = _events_of(
-                _generations(state, touched_generations).join(touched, "session_id",
-                                                              "left_semi"),
+                _generations(state, _snapshots_of(touched_visits) if generations else ())
+                .join(touched, "session_id", "left_semi"),
                 touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
