@@ -198,11 +198,16 @@ def run_to_end(query: StreamingQuery, name: str, began: float) -> float:
 
 
 def process_tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants, each address space once: a child
-    the JVM spawns (vfork) shares the JVM's memory until it runs its program, and /proc
-    shows it with the JVM's size and resident pages, exactly."""
+    """Resident bytes of ``root`` and all its descendants, each address space once.
+
+    The JVM starts helper programs (Hadoop's local file system runs ``chmod`` and the like)
+    by forking: until the child runs its program it is the JVM's image, and /proc shows it
+    with the JVM's resident pages (with vfork, the very same pages). A descendant that still
+    runs its parent's program is therefore counted as its parent, not again.
+    """
     children: dict[int, list[int]] = {}
-    memory: dict[int, tuple[str, ...]] = {}
+    resident: dict[int, int] = {}
+    program: dict[int, str] = {}
     parents: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in Path("/proc").iterdir():
@@ -210,20 +215,20 @@ def process_tree_rss(root: int) -> int:
             continue
         try:
             stat = (entry / "stat").read_text()
-            statm = (entry / "statm").read_text().split()
+            pages = int((entry / "statm").read_text().split()[1])
+            exe = os.readlink(entry / "exe")
         except OSError:
             continue
         pid, parent = int(entry.name), int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(parent, []).append(pid)
-        parents[pid] = parent
-        memory[pid] = tuple(statm[:3])
+        parents[pid], resident[pid], program[pid] = parent, pages * page, exe
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
-        if pid not in memory or (pid != root and memory[pid] == memory.get(parents[pid])):
+        if pid not in resident or (pid != root and program[pid] == program.get(parents[pid])):
             continue
-        total += int(memory[pid][1]) * page
+        total += resident[pid]
     return total
 
 
