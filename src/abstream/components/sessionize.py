@@ -123,7 +123,7 @@ def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
     touched.
     """
     if previous is None or previous.held_rows == 0:
-        return new, new.sparkSession.createDataFrame([], "session_id string")
+        return new, new.select("session_id").limit(0)
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
         held_visits.where(F.col("pageviews").isNull()).select("session_id")).distinct()

@@ -44,6 +44,13 @@ class Snapshot:
     refers_to: tuple[int, ...] | None = None
 
 
+def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
+    """No rows, in ``schema``'s columns, planned in the JVM: an empty DataFrame made from a
+    Python list is a Python RDD, and every job that reads it starts Python workers."""
+    return spark.range(0).select(
+        *(F.lit(None).cast(field.dataType).alias(field.name) for field in schema.fields))
+
+
 class StateSnapshots:
     """The snapshots of one component's state under ``location`` (any Hadoop file system),
     each with the parts named in ``schemas``."""
@@ -85,7 +92,7 @@ class StateSnapshots:
         None, or where the snapshot has no such part."""
         batch = snapshot.batch if isinstance(snapshot, Snapshot) else snapshot
         if batch is None or not self._files.exists(posixpath.join(self._folder(batch), part)):
-            return self.spark.createDataFrame([], self.schemas[part])
+            return _empty(self.spark, self.schemas[part])
         return self.read_written(batch, part)
 
     def read_parts(self, batches: Sequence[int], parts: Sequence[str]) -> DataFrame:
@@ -102,8 +109,7 @@ class StateSnapshots:
             paths += found
         schema = self.schemas[parts[0]]
         if not paths:
-            return self.spark.createDataFrame([], schema) \
-                .withColumn(SNAPSHOT, F.lit(None).cast("long"))
+            return _empty(self.spark, schema).withColumn(SNAPSHOT, F.lit(None).cast("long"))
         return self.spark.read.schema(schema).parquet(*paths).withColumn(
             SNAPSHOT, F.regexp_extract("_metadata.file_path", r"/batch=(\d+)/", 1).cast("long"))
 
