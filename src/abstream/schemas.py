@@ -149,11 +149,13 @@ SESSION_STATE = StructType(
     ]
 )
 
-#: The visits a micro-batch of sessionize left open: each as silver has it (without the
-#: lineage), as assembled when its session was last sessionized, and the micro-batch whose
-#: snapshot holds its events (its generation). Snapshots written before they kept the
-#: whole visit have NULL measures (and, earlier still, NULL ends and events and no
-#: generation: the snapshot itself held the events).
+#: The visits a micro-batch of sessionize left open, each with the micro-batch whose
+#: snapshot holds its events (its generation): as silver has it (without the lineage), as
+#: assembled when its session was last sessionized, in the snapshot of its generation; in
+#: the later snapshots that carry it, its key, end, events and generation alone (NULL for
+#: the rest). Snapshots written before that layout kept every open visit whole in each;
+#: before they kept the whole visit, they had NULL measures (and, earlier still, NULL ends
+#: and events and no generation: the snapshot itself held the events).
 OPEN_VISITS = StructType(
     [
         *(StructField(field.name, field.dataType) for field in SESSIONS.fields

@@ -180,3 +180,49 @@ def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 2), ("idle", 2)]
     assert _assigned_events(ctx) == (5, 2)
+
+
+def _state(ctx) -> Path:
+    return Path(ctx.layout.checkpoint("sessionize")) / "state"
+
+
+def test_open_visits_are_whole_only_in_the_snapshot_that_sessionized_them(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    rows = {r["session_id"]: r for r in
+            ctx.spark.read.parquet(str(_state(ctx) / "batch=3" / "open_visits")).collect()}
+    assert rows["busy"]["generation"] == 3 and rows["busy"]["pageviews"] == 4
+    assert rows["idle"]["generation"] == 2 and rows["idle"]["events"] == 3
+    assert rows["idle"]["pageviews"] is None and rows["idle"]["experiments"] is None, \
+        "a carried visit is whole in batch 2 only"
+
+
+def test_a_snapshot_that_kept_every_open_visit_whole_goes_on(ctx, tmp_path):
+    """A snapshot of the earlier layout, where every snapshot kept its carried visits whole
+    too: the next micro-batch carries them on, as if it had written it."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    latest = _state(ctx) / "batch=3"
+    kept = ctx.spark.read.parquet(str(latest / "open_visits"))
+    carried = kept.where(F.col("pageviews").isNull())
+    earlier = kept.where(F.col("pageviews").isNotNull()).unionByName(
+        ctx.spark.read.parquet(str(_state(ctx) / "batch=2" / "open_visits"))
+        .join(carried.select("session_id", "visit_start"), ["session_id", "visit_start"],
+              "left_semi"))
+    earlier.coalesce(1).write.parquet(str(tmp_path / "open_visits"))
+    assert sorted((r["session_id"], r["generation"], r["pageviews"]) for r in
+                  ctx.spark.read.parquet(str(tmp_path / "open_visits")).collect()) == \
+        [("busy", 3, 4), ("idle", 2, 3)], "both whole, each with its generation"
+    shutil.rmtree(latest / "open_visits")
+    shutil.move(tmp_path / "open_visits", latest / "open_visits")
+    done = latest / "_abstream_state.json"
+    info = json.loads(done.read_text())
+    del info["form"]
+    done.write_text(json.dumps(info))
+    (latest / f".{done.name}.crc").unlink()
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
+    assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"

@@ -13,17 +13,19 @@ instead of its streaming state stores. Each micro-batch
    snapshot;
 3. assembles their visits (cached: a row per visit) and appends to silver those that closed
    (their last event + ``gap`` behind the next watermark), with the untouched open visits
-   that closed, as the snapshot before kept them;
+   that closed, as the snapshot that sessionized them kept them;
 4. appends to gold what changed: each event's targets it had not been counted for yet (an
    event is counted as soon as it arrives, and again for a population it joins later, when
    its visit meets an experiment or an exposure: its visit's entries now against those of
    the visit it was counted in before), and the visit numbers of the visits that closed;
-5. writes the visits left open, whole (silver's columns), and for each the snapshot whose
-   events part holds its events (its generation), for the next micro-batch.
+5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
+   its events (its generation): those it sessionized whole (silver's columns), the others
+   by their key, end and events alone, as they are whole in their generation's snapshot.
 
 A micro-batch's work is its new events and the open visits they touch: in a live stream,
 where a visit stays open for the gap after its last event, most open visits are untouched
-in any one micro-batch, and their events stay where an earlier snapshot wrote them. Once
+in any one micro-batch, and their events and whole rows stay where an earlier snapshot
+wrote them; what a micro-batch writes of each is a narrow row. Once
 the visits left open would refer to more than ``sessionize.state_generations`` snapshots,
 the micro-batch copies the open visits' events of the oldest into its own snapshot. A
 micro-batch reads the events of the snapshots that hold the visits it touches, no others.
@@ -62,6 +64,12 @@ NAME = "sessionize"
 EVENTS, OPEN, CARRIED = "events", "open_visits", "carried_events"
 #: An open visit and the snapshot that holds its events.
 HELD_VISIT = (*sessions.VISIT, "generation")
+#: What a snapshot keeps of an open visit it carries (one an earlier snapshot sessionized
+#: and keeps whole): its other columns are NULL.
+CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
+#: The layout of the snapshots this version writes: an open visit is whole in its
+#: generation's snapshot only. Earlier snapshots (0) kept every open visit whole in each.
+WHOLE_IN_GENERATION = 1
 
 
 def _micros(value: int | None) -> Column:
@@ -86,17 +94,42 @@ def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> 
 
 def _held(state: StateSnapshots, previous: Snapshot | None
           ) -> tuple[DataFrame, tuple[int, ...]]:
-    """The visits ``previous`` left open, each with its ``generation``, and the snapshots
-    that hold their events.
+    """The visits ``previous`` left open (``CARRIED_VISIT``, and ``partial``: whether to
+    sessionize them again), and the snapshots that hold their events.
 
     A snapshot written before open visits kept their generation held the events of its
-    open visits itself."""
+    open visits itself; one written before they were kept whole (NULL measures) kept them
+    partial."""
     if previous is None:
-        return state.read(None, OPEN), ()
+        return state.read(None, OPEN).select(*CARRIED_VISIT, F.lit(False).alias("partial")), ()
     generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
-    visits = state.read(previous, OPEN).withColumn(
-        "generation", F.coalesce("generation", F.lit(previous.batch)))
+    partial = F.lit(False) if previous.form >= WHOLE_IN_GENERATION \
+        else F.col("pageviews").isNull()
+    visits = state.read(previous, OPEN).select(
+        *sessions.VISIT, F.coalesce("generation", F.lit(previous.batch)).alias("generation"),
+        "visit_end", "events", partial.alias("partial"))
     return visits, generations
+
+
+def _whole(state: StateSnapshots, visits: DataFrame, batches: tuple[int, ...]) -> DataFrame:
+    """The held ``visits`` as the snapshots of their generations (``batches``) keep them,
+    whole, each with its ``generation``.
+
+    An open visit is whole in the snapshot that sessionized it (or copied it), whatever
+    the layout: earlier layouts kept it whole in the later snapshots too, as they keep it
+    in that one."""
+    kept = state.read_parts(batches, (OPEN,)).drop("generation") \
+        .withColumnRenamed(SNAPSHOT, "generation")
+    return kept.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi")
+
+
+def _carried(visits: DataFrame) -> DataFrame:
+    """Held ``visits`` as a snapshot that carries them keeps them: ``CARRIED_VISIT``, and
+    NULL for the other columns of an open visit."""
+    return visits.select(*(
+        F.col(field.name) if field.name in CARRIED_VISIT
+        else F.lit(None).cast(field.dataType).alias(field.name)
+        for field in OPEN_VISITS.fields))
 
 
 def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
@@ -126,7 +159,7 @@ def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
         return new, new.select("session_id").limit(0)
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
-        held_visits.where(F.col("pageviews").isNull()).select("session_id")).distinct()
+        held_visits.where("partial").select("session_id")).distinct()
     return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
 
 
@@ -161,33 +194,39 @@ def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -
     return seen
 
 
-def _leave_open(state: StateSnapshots, batch_id: int, visits: DataFrame, still_open: Column,
-                held_in: tuple[int, ...], *, limit: int) -> dict[str, Any]:
-    """Write those of ``visits`` still open, and return how many of them all close
-    (``closing``), how many events the others hold (``rows``), when the earliest of them
+def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
+                carried: DataFrame, still_open: Column, *, held_in: tuple[int, ...],
+                limit: int) -> dict[str, Any]:
+    """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
+    ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
+    all close (``closing``), the generations of the carried ones that close
+    (``closing_in``), how many events the others hold (``rows``), when the earliest of them
     started (``earliest``, epoch microseconds) and the snapshots their events are in
     (``generations``), observed while they are written.
 
     The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
     ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
-    oldest are first copied into ``batch_id``'s, each visit then referring to it: a
-    micro-batch copies what one snapshot holds at most, and the open visits are written
-    once."""
+    oldest are first copied into ``batch_id``'s, and they are kept whole in it, each visit
+    then referring to it: a micro-batch copies what one snapshot holds at most, and the
+    open visits are written once."""
     moved = held_in[:max(0, len(held_in) + 1 - limit)]
+    generation = F.col("generation")
     if moved:
-        generation = F.col("generation")
-        state.write(batch_id, CARRIED, _events_of(
-            _generations(state, moved), visits.where(still_open & generation.isin(*moved))))
-        visits = visits.withColumn(
-            "generation", F.when(generation.isin(*moved), F.lit(batch_id)).otherwise(generation))
+        moving = carried.where(still_open & generation.isin(*moved))
+        state.write(batch_id, CARRIED, _events_of(_generations(state, moved), moving))
+        sessionized = sessionized.unionByName(
+            _whole(state, moving, moved).withColumn("generation", F.lit(batch_id)))
+        carried = carried.where(~(still_open & generation.isin(*moved)))
+    carried_from = generation != batch_id
     kept = Observation()
-    state.write(batch_id, OPEN, visits.observe(
+    state.write(batch_id, OPEN, sessionized.unionByName(_carried(carried)).observe(
         kept,
         F.count_if(~still_open).alias("closing"),
+        F.array_sort(F.collect_set(F.when(~still_open & carried_from, generation)))
+        .alias("closing_in"),
         F.sum(F.when(still_open, F.col("events"))).alias("rows"),
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
-        F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
-        .alias("generations"),
+        F.array_sort(F.collect_set(F.when(still_open, generation))).alias("generations"),
     ).where(still_open))
     return dict(kept.get)
 
@@ -238,9 +277,9 @@ def build(ctx: Context) -> DataStreamWriter:
         try:
             touched_visits = held_visits.join(touched, "session_id", "left_semi")
             # Only the snapshots that hold the touched visits are read: no open visit, none.
+            touched_in = _snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
-                _generations(state, _snapshots_of(touched_visits) if generations else ())
-                .join(touched, "session_id", "left_semi"),
+                _generations(state, touched_in).join(touched, "session_id", "left_semi"),
                 touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
@@ -257,16 +296,18 @@ def build(ctx: Context) -> DataStreamWriter:
             try:
                 closing_at = source_watermark(seen_until, lateness)
                 still_open = _open_at(closing_at, gap_micros)
-                left_open = visits.withColumn("generation", F.lit(batch_id)) \
-                    .select(*OPEN_VISITS.fieldNames()).unionByName(untouched_visits)
-                kept = leave_open(state, batch_id, left_open, still_open, generations,
-                                   limit=settings.state_generations)
-                closed = visits.where(~still_open).unionByName(
-                    untouched_visits.where(~still_open).drop("generation"))
+                kept = leave_open(
+                    state, batch_id, visits.withColumn("generation", F.lit(batch_id))
+                    .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
+                    held_in=generations, limit=settings.state_generations)
+                closed = visits.where(~still_open).unionByName(_whole(
+                    state, untouched_visits.where(~still_open), tuple(kept["closing_in"]))
+                    .drop("generation"))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
-                fresh = fresh_targets(sessionized, sessions.visit_entries(visits),
-                                      sessions.visit_entries(touched_visits))
+                fresh = fresh_targets(
+                    sessionized, sessions.visit_entries(visits),
+                    sessions.visit_entries(_whole(state, touched_visits, touched_in)))
                 append_gold(metrics.with_lineage(metrics.experiment_metrics(
                     fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
                     SPEED), writer_id, batch_id)
@@ -275,7 +316,8 @@ def build(ctx: Context) -> DataStreamWriter:
         finally:
             new.unpersist()
             touched.unpersist()
-        state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]))
+        state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
+                       WHOLE_IN_GENERATION)
         return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)

@@ -36,12 +36,15 @@ class Snapshot:
     """The state after micro-batch ``batch``; ``seen_until`` is the latest event time
     (epoch microseconds) the component has seen, None before any event; ``held_rows`` the
     rows it carries on to the next micro-batch (None where a snapshot did not record it);
-    ``refers_to`` the snapshots whose parts it reads (None where it did not record them)."""
+    ``refers_to`` the snapshots whose parts it reads (None where it did not record them);
+    ``form`` the component's own number for how its parts are laid out (0 where a
+    snapshot did not record one)."""
 
     batch: int
     seen_until: int | None
     held_rows: int | None = None
     refers_to: tuple[int, ...] | None = None
+    form: int = 0
 
 
 def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -75,7 +78,7 @@ class StateSnapshots:
         info = json.loads(self._files.read_text(done))
         refers_to = info.get("refers_to")
         return Snapshot(batch, info.get("seen_until"), info.get("held_rows"),
-                        None if refers_to is None else tuple(refers_to))
+                        None if refers_to is None else tuple(refers_to), info.get("form", 0))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -125,16 +128,17 @@ class StateSnapshots:
             .parquet(posixpath.join(self._folder(batch_id), part))
 
     def complete(self, batch_id: int, seen_until: int | None, held_rows: int,
-                 refers_to: tuple[int, ...] = ()) -> Snapshot:
+                 refers_to: tuple[int, ...] = (), form: int = 0) -> Snapshot:
         """Mark the snapshot complete, and drop the snapshots before the previous one that
         neither refers to."""
         previous = self.before(batch_id)
         self._files.write_text(posixpath.join(self._folder(batch_id), _DONE), json.dumps(
-            {"seen_until": seen_until, "held_rows": held_rows, "refers_to": list(refers_to)}))
+            {"seen_until": seen_until, "held_rows": held_rows, "refers_to": list(refers_to),
+             "form": form}))
         kept = {batch_id, *refers_to}
         if previous is not None:
             kept |= {previous.batch, *(previous.refers_to or ())}
         for batch, old in self._batches():
             if batch < batch_id and batch not in kept:
                 self._files.delete(old)
-        return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to))
+        return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to), form)
