@@ -31,6 +31,11 @@ def _append(ctx, rows):
         .mode("append").save(path)
 
 
+def _state(ctx) -> Path:
+    """Sessionize's state snapshots."""
+    return Path(ctx.layout.checkpoint("sessionize")) / "state"
+
+
 def _visits(ctx):
     rows = read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).collect()
     return sorted((r["session_id"], r["events"]) for r in rows)
@@ -107,7 +112,7 @@ def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, c
     _carried_then_touched(ctx)
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("quiet", 1)], "quiet closed at +50 min without a new event"
-    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    state = _state(ctx)
     assert sorted(p.name for p in state.glob("batch=*")) == ["batch=2", "batch=3"], \
         "idle (sessionized in 2) and busy (in 3) are open"
     copied = sorted(p.parent.name for p in state.glob("batch=*/carried_events"))
@@ -126,7 +131,7 @@ def test_past_the_limit_only_the_oldest_snapshot_is_copied(ctx):
     _append(ctx, [("b1", "B", T0 + minute)])
     _append(ctx, [("d1", "D", T0 + 2 * minute)])
     run_once(ctx, [COMPONENTS["sessionize"]])
-    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    state = _state(ctx)
     carried = ctx.spark.read.parquet(str(state / "batch=2" / "carried_events"))
     assert sorted(r["session_id"] for r in carried.collect()) == ["A", "C"], \
         "the third snapshot takes in the first one's open visits, not the second one's"
@@ -143,7 +148,7 @@ def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
     for minutes in (5, 10, 15):
         _append(ctx, [(f"b{minutes}", "busy", T0 + timedelta(minutes=minutes))])
     run_once(ctx, [COMPONENTS["sessionize"]])
-    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    state = _state(ctx)
     assert sorted(p.name for p in state.glob("batch=*")) == ["batch=0", "batch=2", "batch=3"]
     assert not list(state.glob("batch=*/carried_events")), "nothing copied"
     _append(ctx, [("i2", "idle", T0 + timedelta(minutes=20))])
@@ -165,7 +170,7 @@ def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
     _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + timedelta(minutes=10)),
                   ("b1", "busy", T0)])
     run_once(ctx, [COMPONENTS["sessionize"]])
-    state = Path(ctx.layout.checkpoint("sessionize")) / "state"
+    state = _state(ctx)
     (snapshot,) = state.glob("batch=*")
     open_visits = snapshot / "open_visits"
     old = ctx.spark.read.parquet(str(open_visits)).select(*kept)
@@ -182,31 +187,19 @@ def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
     assert _assigned_events(ctx) == (5, 2)
 
 
-def _state(ctx) -> Path:
-    return Path(ctx.layout.checkpoint("sessionize")) / "state"
-
-
-def test_open_visits_are_whole_only_in_the_snapshot_that_sessionized_them(ctx):
-    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
-    _carried_then_touched(ctx)
-    run_once(ctx, [COMPONENTS["sessionize"]])
-    rows = {r["session_id"]: r for r in
-            ctx.spark.read.parquet(str(_state(ctx) / "batch=3" / "open_visits")).collect()}
-    assert rows["busy"]["generation"] == 3 and rows["busy"]["pageviews"] == 4
-    assert rows["idle"]["generation"] == 2 and rows["idle"]["events"] == 3
-    assert rows["idle"]["pageviews"] is None and rows["idle"]["experiments"] is None, \
-        "a carried visit is whole in batch 2 only"
-
-
-def test_a_snapshot_that_kept_every_open_visit_whole_goes_on(ctx, tmp_path):
-    """A snapshot of the earlier layout, where every snapshot kept its carried visits whole
-    too: the next micro-batch carries them on, as if it had written it."""
+def test_open_visits_are_whole_in_one_snapshot_and_the_earlier_layout_goes_on(ctx, tmp_path):
+    """An open visit is whole only in the snapshot that sessionized it; the later ones carry
+    its key, end, events and generation. A snapshot of the earlier layout, where each kept
+    its carried visits whole too, is carried on as if this version had written it."""
     ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
     _carried_then_touched(ctx)
     run_once(ctx, [COMPONENTS["sessionize"]])
     latest = _state(ctx) / "batch=3"
     kept = ctx.spark.read.parquet(str(latest / "open_visits"))
     carried = kept.where(F.col("pageviews").isNull())
+    assert [(r["session_id"], r["generation"], r["events"], r["experiments"])
+            for r in carried.collect()] == [("idle", 2, 3, None)], \
+        "idle, sessionized in batch 2, is carried narrow by batch 3"
     earlier = kept.where(F.col("pageviews").isNotNull()).unionByName(
         ctx.spark.read.parquet(str(_state(ctx) / "batch=2" / "open_visits"))
         .join(carried.select("session_id", "visit_start"), ["session_id", "visit_start"],
