@@ -1,6 +1,7 @@
 """The session factory's choices for a JVM abstream starts itself (local mode)."""
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 
 def test_a_local_jvm_collects_with_the_throughput_collector(spark: SparkSession):
@@ -13,3 +14,19 @@ def test_a_local_jvm_keeps_the_log4j_settings(spark: SparkSession):
     options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
     assert "-Dlog4j2.configurationFile=" in options
     assert "-XX:+UseParallelGC" in options
+
+
+def test_generated_code_outlives_more_stages_than_sparks_default_cache_holds(spark: SparkSession):
+    """Spark's cache of generated classes holds 100 by default: a micro-batch's stages,
+    compiled once, would be compiled again after another component's micro-batch."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def compiles(plan: int) -> int:
+        before = metrics.METRIC_COMPILATION_TIME().getCount()
+        spark.range(1).select((F.col("id") + F.lit(plan)).alias("x")).collect()
+        return metrics.METRIC_COMPILATION_TIME().getCount() - before
+
+    assert compiles(-1) > 0
+    for plan in range(120):
+        compiles(plan)
+    assert compiles(-1) == 0

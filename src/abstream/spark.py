@@ -37,6 +37,13 @@ DEFAULT_CONF: dict[str, str] = {
     # Micro-batches cache what they write more than once; compressing a cache that lives
     # one micro-batch costs more than the memory it saves.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # Spark keeps the classes it generates for the stages of a plan in a cache of 100 by
+    # default. A micro-batch of ingest and one of sessionize plan more distinct stages than
+    # that between them, so side by side each evicted the other's, and every micro-batch
+    # compiled its stages again and the JIT compiled the new classes again (its compiler
+    # threads took a third of the JVM's CPU in `make bench-sustained --live`). Static: under
+    # spark-submit, pass it there.
+    "spark.sql.codegen.cache.maxEntries": "1000",
     # A partitioned write (bronze by event_date) keeps a file open per partition instead of
     # sorting the micro-batch by partition first.
     "spark.sql.maxConcurrentOutputFileWriters": "8",
