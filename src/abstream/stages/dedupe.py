@@ -40,10 +40,10 @@ def probe_grid(window: timedelta) -> timedelta:
 
 
 def recent_ids(bronze: DataFrame, since: datetime, window: timedelta) -> DataFrame:
-    """The event_ids bronze took in at ``since`` or later, with when (``ingested_at``), and
-    those of ``since`` rounded down to ``probe_grid(window)`` or later: ``drop_duplicate_events``
-    drops a repeat of those only when ``ingested_at`` is ``since`` or later. Delta skips the
-    files of older micro-batches by their statistics."""
+    """The event_ids bronze took in from ``since`` rounded down to ``probe_grid(window)``
+    on, each with ``ingested_at``: with a few taken in before ``since``, which
+    ``drop_duplicate_events`` given ``since`` does not count. Delta skips the files of older
+    micro-batches by their statistics."""
     grid = micros_from(since) - micros_from(since) % (probe_grid(window) // _MICROSECOND)
     return bronze.where(F.col("ingested_at") >= F.timestamp_micros(F.lit(grid))) \
         .select("event_id", "ingested_at")
