@@ -5,7 +5,7 @@ from decimal import Decimal
 from pyspark.sql import functions as F
 
 from abstream.generator import GeneratorSettings, generate
-from abstream.stages.dedupe import drop_duplicate_events, probe_grid, recent_ids
+from abstream.stages.dedupe import drop_duplicate_events, recent_ids
 from abstream.stages.validate import (
     parse_beacons,
     rejected_records,
@@ -140,40 +140,24 @@ def test_agrees_with_the_reference_rules_on_generated_input(spark, tmp_path):
         assert (reasons[line] is None) == expected_valid, (line[:200], reasons[line])
 
 
-def _seen(spark, *ids: str, at: datetime = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)):
-    return spark.createDataFrame([(i, at) for i in ids], "event_id string, ingested_at timestamp")
-
-
 def test_duplicates_are_dropped_within_the_batch_and_against_ids_seen_before(spark):
     lines = [dumps(GOOD), dumps(GOOD), dumps(beacon("e2", TS)), dumps(beacon("e3", TS))]
     events = valid_events(_parse(spark, lines))
     assert sorted(r["event_id"] for r in drop_duplicate_events(events).collect()) == \
         ["e1", "e2", "e3"]
-    seen = _seen(spark, "e2", "e2", "old")
+    seen = spark.createDataFrame([("e2",), ("e2",), ("old",)], "event_id string")
     assert sorted(r["event_id"] for r in drop_duplicate_events(events, seen).collect()) == \
         ["e1", "e3"]
-    seen_too = _seen(spark, "e1")
+    seen_too = spark.createDataFrame([("e1",)], "event_id string")
     assert [r["event_id"] for r in drop_duplicate_events(events, seen_too).collect()
             if r["event_id"] == "e1"] == [], "repeated in the batch and seen before"
 
 
-def test_only_ids_seen_since_the_cutoff_drop_a_repeat(spark):
-    since = datetime(2026, 1, 5, 10, 0, 30, tzinfo=UTC)
-    events = valid_events(_parse(spark, [dumps(beacon("e2", TS)), dumps(beacon("e3", TS))]))
-    seen = _seen(spark, "e2", at=since).unionByName(
-        _seen(spark, "e3", at=since - timedelta(microseconds=1)))
-    assert sorted(r["event_id"] for r in drop_duplicate_events(events, seen, since).collect()) \
-        == ["e3"]
-
-
-def test_recent_ids_are_read_from_the_cutoff_on_its_grid(spark):
-    since = datetime(2026, 1, 5, 10, 0, 30, tzinfo=UTC)
-    grid = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
-    rows = [("old", grid - timedelta(microseconds=1)), ("candidate", grid), ("new", since)]
+def test_recent_ids_are_those_ingested_since_the_cutoff(spark):
+    cutoff = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    rows = [("old", cutoff - timedelta(microseconds=1)), ("new", cutoff)]
     bronze = spark.createDataFrame(rows, "event_id string, ingested_at timestamp")
-    assert probe_grid(timedelta(minutes=2)) == timedelta(minutes=1)
-    found = recent_ids(bronze, since, timedelta(minutes=2)).collect()
-    assert sorted(r["event_id"] for r in found) == ["candidate", "new"]
+    assert [r["event_id"] for r in recent_ids(bronze, cutoff).collect()] == ["new"]
 
 
 def test_raw_text_of_any_record_survives_parsing(spark):

@@ -44,11 +44,9 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
             events = duplicates = 0
             if counts["valid"]:
                 bronze = batch.sparkSession.read.format("delta").load(events_path)
-                since = from_micros(counts["ingested"]) - window
+                seen = dedupe.recent_ids(bronze, from_micros(counts["ingested"]) - window)
                 written = Observation()
-                unique = drop_duplicate_events(
-                    validate.valid_events(batch), dedupe.recent_ids(bronze, since, window),
-                    since) \
+                unique = drop_duplicate_events(validate.valid_events(batch), seen) \
                     .observe(written, F.count(F.lit(1)).alias("rows"))
                 events = counts["valid"]
                 # One file per event_date a micro-batch: sessionize reads bronze a number of
