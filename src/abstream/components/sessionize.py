@@ -274,8 +274,11 @@ def build(ctx: Context) -> DataStreamWriter:
                            late.alias("late"))
         held_visits, generations = _held(state, previous)
         new, touched = _touched(new, held_visits, previous)
+        # Read three times (its snapshots, their events, its whole rows): cached, it scans
+        # the previous snapshot's open visits once.
+        touched_visits = held_visits.join(touched, "session_id", "left_semi") \
+            .persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            touched_visits = held_visits.join(touched, "session_id", "left_semi")
             # Only the snapshots that hold the touched visits are read: no open visit, none.
             touched_in = _snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
@@ -316,6 +319,7 @@ def build(ctx: Context) -> DataStreamWriter:
         finally:
             new.unpersist()
             touched.unpersist()
+            touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
                        WHOLE_IN_GENERATION)
         return _report(kept, seen.get["late"], closing_at)
