@@ -204,10 +204,35 @@ class MonitorSettings(_Section):
     pushgateway: str | None = None
 
 
+#: The metrics ``abstream report`` compares, and what each is for an experiment.
+MetricName = Literal["conversion_rate", "revenue_per_visitor", "bounce_rate",
+                     "error_visit_rate", "average_order_value"]
+MetricRole = Literal["primary", "secondary", "guardrail"]
+
+
 class ReportSettings(_Section):
     """``abstream report``: every variant compared with its experiment's control."""
 
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    #: What the text and HTML show and mark significant: confidence sequences, valid however
+    #: often the numbers are looked at (``sequential``), or fixed-horizon intervals, valid
+    #: for one look at a sample size chosen in advance (``fixed``). JSON carries both.
+    inference: Literal["sequential", "fixed"] = "sequential"
+    #: Visitors (both arms together) at which the confidence sequence is narrowest: about
+    #: the sample an experiment is expected to reach.
+    sequential_tuning: int = Field(default=5_000, gt=0)
+    #: A comparison is made once each side has this many visitors (visitors with orders,
+    #: for the average order value): below it, the normal approximations do not hold.
+    min_units: int = Field(default=30, ge=2)
+    #: Multiple-comparison correction over every comparison (variant x metric) of an
+    #: experiment and population: Holm (family-wise error), Benjamini-Hochberg (false
+    #: discovery rate) or none.
+    correction: Literal["holm", "bh", "none"] = "holm"
+    #: Each metric's role; a metric not named is ``secondary``. A guardrail moving the
+    #: wrong way is what the experiment alert rules watch.
+    metrics: dict[MetricName, MetricRole] = Field(default_factory=lambda: {
+        "conversion_rate": "primary", "bounce_rate": "guardrail",
+        "error_visit_rate": "guardrail"})
     #: An experiment's sample-ratio-mismatch p-value below this is flagged.
     srm_threshold: float = Field(default=0.001, gt=0, lt=1)
     #: Allocation weights per experiment and variant; an experiment not named here is

@@ -71,5 +71,7 @@ def test_a_planted_conversion_lift_is_recovered(spark, tmp_path):
     assert min(v.visitors for v in report.variants) > 15_000
     assert not report.srm_flagged
     conversion = next(c.result for c in report.comparisons if c.metric == "conversion_rate")
-    assert conversion.ci_low <= PLANTED <= conversion.ci_high, conversion
+    assert conversion.fixed_lift.low <= PLANTED <= conversion.fixed_lift.high, conversion
     assert conversion.p_value < 0.05, conversion
+    assert conversion.sequential_lift.low <= PLANTED <= conversion.sequential_lift.high
+    assert conversion.sequential_p_value < 0.05, conversion

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from abstream.batch import BatchRequest, run_batch
 from abstream.components import Context, pipeline_components
@@ -33,7 +34,9 @@ EXPERIMENT = "checkout_button"
 CONTRACT_VARIANT = {"variant", "visitors", "visits", "bounces", "orders", "revenue", "units",
                     "error_visits", "pageviews"}
 CONTRACT_COMPARISON = {"variant", "metric", "control_value", "variant_value", "lift", "ci_low",
-                       "ci_high", "p_value"}
+                       "ci_high", "p_value", "difference", "difference_ci_low",
+                       "difference_ci_high", "p_value_adjusted", "sequential_difference_ci_low",
+                       "sequential_difference_ci_high", "sequential_significant", "mde"}
 METRIC_NAMES = {"conversion_rate", "revenue_per_visitor", "bounce_rate", "error_visit_rate",
                 "average_order_value"}
 
@@ -48,7 +51,9 @@ class Served:
 @pytest.fixture(scope="module")
 def served(spark, tmp_path_factory):
     data = tmp_path_factory.mktemp("report") / "data"
-    ctx = Context(spark, make_config(data), Layout.of(data), RunStats())
+    # Small data: every comparison is made from two units on a side.
+    ctx = Context(spark, make_config(data, report={"min_units": 2}), Layout.of(data),
+                  RunStats())
     listener = ProgressListener(ctx.stats)
     spark.streams.addListener(listener)
     try:
@@ -119,7 +124,7 @@ def test_final_report_equals_the_reference_definitions_and_scipy(served):
     revenue = _comparison(experiment, "revenue_per_visitor")
     assert revenue.p_value == pytest.approx(welch.pvalue, rel=1e-9)
     interval = welch.confidence_interval(0.95)
-    assert (revenue.difference_low, revenue.difference_high) == pytest.approx(
+    assert (revenue.fixed.low, revenue.fixed.high) == pytest.approx(
         (interval.low, interval.high), rel=1e-9)
     for metric, x, y in (("conversion_rate", 1, 0), ("bounce_rate", 3, 0),
                          ("error_visit_rate", 4, 0), ("average_order_value", 2, 1)):
@@ -128,6 +133,21 @@ def test_final_report_equals_the_reference_definitions_and_scipy(served):
                                                      / (100 if x == 2 else 1))
         assert result.p_value == pytest.approx(
             _linearised_delta_p(control, treatment, x, y), rel=1e-9), metric
+
+
+def test_a_comparison_waits_for_enough_units_on_each_side(served):
+    _, _, visitors = _reference(served.ctx)
+    defaults = Config.model_validate({**served.ctx.config.model_dump(by_alias=True),
+                                      "report": {}})
+    assert defaults.report.min_units == 30
+    experiment = _experiment(build_report(served.ctx.spark, served.ctx.layout, defaults))
+    arms = [list(visitors[(EXPERIMENT, v, "assigned")].values())
+            for v in ("control", "treatment")]
+    shown = {c.metric for c in experiment.comparisons}
+    assert ("conversion_rate" in shown) == (min(map(len, arms)) >= 30)
+    buyers = min(sum(1 for values in arm if values[1] > 0) for arm in arms)
+    assert buyers < 30 <= min(map(len, arms)), "the data has visitors enough, buyers not"
+    assert "average_order_value" not in shown and "conversion_rate" in shown
 
 
 def test_rolling_unique_visitors_count_the_last_hour_and_day(served):
@@ -171,13 +191,26 @@ def test_json_document_follows_the_contract(served):
             assert comparison.keys() >= CONTRACT_COMPARISON
             assert comparison["ci_low"] <= comparison["lift"] <= comparison["ci_high"]
             assert 0 <= comparison["p_value"] <= 1
+            # The sequence holds at every look, so it is wider than the one-look interval.
+            assert comparison["sequential_difference_ci_low"] < comparison["difference_ci_low"]
+            assert comparison["difference_ci_high"] < comparison["sequential_difference_ci_high"]
+            assert comparison["sequential_significant"] == (
+                comparison["sequential_difference_ci_low"] > 0
+                or comparison["sequential_difference_ci_high"] < 0)
+            assert comparison["p_value_adjusted"] >= comparison["sequential_p_value"]
+            assert comparison["mde"] > 0
+        raw = [c["sequential_p_value"] for c in experiment["comparisons"]]
+        assert [c["p_value_adjusted"] for c in experiment["comparisons"]] == pytest.approx(
+            list(multipletests(raw, method="holm")[1]), rel=1e-12)
+    assert (document["inference"], document["correction"]) == ("sequential", "holm")
 
 
 def test_text_shows_every_number_and_the_status(served):
     text = render_text(served.final)
     for header in ("visitors", "visits", "bounce", "orders", "units", "conv.", "revenue",
                    "rev/visitor", "AOV", "error visits", "load ms", "1h visitors",
-                   "24h visitors", "lift", "CI"):
+                   "24h visitors", "lift", "CI", "p adj.", "MDE", "confidence sequences",
+                   "Holm over each experiment"):
         assert header in text
     assert text.count(": final;") == len(served.final.experiments)
     assert ": provisional;" in render_text(served.provisional)
@@ -229,8 +262,8 @@ def test_points_before_a_variant_has_visits_have_no_comparison():
     times = [datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, tzinfo=UTC)]
     report = experiment_report(
         "late_start", "assigned", totals={}, series=series, times=times,
-        settings=ReportSettings(allocation={"late_start": {"control": 1, "treatment": 1,
-                                                           "unseen": 1}}))
+        settings=ReportSettings(min_units=2, allocation={
+            "late_start": {"control": 1, "treatment": 1, "unseen": 1}}))
     over_time = report.comparisons_over_time[("treatment", "conversion_rate")]
     assert over_time[0] is None and over_time[1] is not None
     assert report.comparisons_over_time[("unseen", "conversion_rate")] == [None, None]

@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from abstream.report.statistics import (
+    Inference,
     MeanMoments,
     RatioMoments,
+    adjusted_p_values,
     delta_ratio,
     srm_p_value,
     welch,
@@ -30,7 +33,7 @@ def test_welch_equals_scipy_on_the_same_data():
     reference = stats.ttest_ind(variant, control, equal_var=False)
     interval = reference.confidence_interval(0.95)
     assert result.p_value == pytest.approx(reference.pvalue, rel=1e-9)
-    assert (result.difference_low, result.difference_high) == pytest.approx(
+    assert (result.fixed.low, result.fixed.high) == pytest.approx(
         (interval.low, interval.high), rel=1e-9)
     assert result.lift == pytest.approx(variant.mean() / control.mean() - 1)
 
@@ -82,8 +85,8 @@ def test_a_planted_lift_is_recovered():
     result = delta_ratio(_ratios(*_visitors(rng, 40_000, 0.050)),
                          _ratios(*_visitors(rng, 40_000, 0.055)))
     assert result.p_value < 0.05
-    assert result.ci_low < 0.10 < result.ci_high
-    assert result.ci_low > 0
+    assert result.fixed_lift.low < 0.10 < result.fixed_lift.high
+    assert result.fixed_lift.low > 0
 
 
 def test_too_few_units_or_no_denominator_compare_nothing():
@@ -91,4 +94,72 @@ def test_too_few_units_or_no_denominator_compare_nothing():
     assert welch(one, MeanMoments(10, 50.0, 300.0)) is None
     assert delta_ratio(RatioMoments(5, 0, 0, 0, 0, 0), RatioMoments(5, 1, 5, 1, 5, 1)) is None
     flat = welch(MeanMoments(3, 6.0, 12.0), MeanMoments(3, 6.0, 12.0))
-    assert (flat.p_value, flat.lift, flat.difference_low) == (1.0, 0.0, 0.0)
+    assert (flat.p_value, flat.sequential_p_value, flat.lift, flat.fixed.low,
+            flat.sequential.high) == (1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+def test_adjusted_p_values_equal_statsmodels():
+    rng = np.random.default_rng(8)
+    for size in (1, 2, 5, 12):
+        raw = list(np.concatenate([rng.uniform(0, 0.08, size), [0.03, 0.03]]))
+        for correction, method in (("holm", "holm"), ("bh", "fdr_bh")):
+            assert adjusted_p_values(raw, correction) == pytest.approx(
+                list(multipletests(raw, method=method)[1]), rel=1e-12), (correction, size)
+        assert adjusted_p_values(raw, "none") == raw
+    assert adjusted_p_values([], "holm") == []
+
+
+def test_the_sequence_is_narrowest_at_its_tuning_sample():
+    for units in (500, 5_000, 50_000):
+        tuned = Inference(tuning=units).sequential_multiplier(units)
+        for other in (units // 10, units * 10):
+            assert tuned < Inference(tuning=other).sequential_multiplier(units)
+        assert tuned > stats.norm.ppf(0.975), "wider than one look's interval"
+
+
+def test_the_sequential_p_value_is_below_alpha_exactly_when_the_sequence_excludes_zero():
+    inference = Inference(0.95, 2_000)
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        control = _ratios(*_visitors(rng, 1_000, 0.05))
+        variant = _ratios(*_visitors(rng, 1_000, rng.uniform(0.045, 0.065)))
+        result = delta_ratio(control, variant, inference)
+        assert (result.sequential_p_value < 0.05) == result.sequential.excludes_zero()
+    boundary = inference.sequential_multiplier(2_000)
+    assert inference.sequential_p_value(boundary, 2_000) == pytest.approx(0.05, rel=1e-9)
+
+
+def test_peeking_inflates_fixed_intervals_but_not_the_sequence():
+    """Streams of A/A unit differences looked at 50 times: the fixed-horizon z interval
+    excludes zero at some look far more often than 5 %, the confidence sequence at most
+    5 % of the time at any look."""
+    rng = np.random.default_rng(10)
+    looks = np.unique(np.geomspace(20, 5_000, 50).astype(int))
+    inference = Inference(0.95, 2_000)
+    streams, fixed_hits, sequential_hits = 2_000, 0, 0
+    z = stats.norm.ppf(0.975)
+    multipliers = np.array([inference.sequential_multiplier(n) for n in looks])
+    for _ in range(streams):
+        values = rng.exponential(1.0, looks[-1]) - 1.0
+        sums = np.cumsum(values)[looks - 1]
+        squares = np.cumsum(values ** 2)[looks - 1]
+        means = sums / looks
+        se = np.sqrt((squares - sums ** 2 / looks) / (looks - 1) / looks)
+        distance = np.abs(means) / se
+        fixed_hits += bool((distance > z).any())
+        sequential_hits += bool((distance > multipliers).any())
+    assert fixed_hits / streams > 0.15, fixed_hits
+    assert sequential_hits / streams <= 0.05, sequential_hits
+
+
+def test_at_the_minimum_detectable_effect_the_test_has_80_percent_power():
+    rng = np.random.default_rng(11)
+    result = delta_ratio(_ratios(*_visitors(rng, 3_000, 0.05)),
+                         _ratios(*_visitors(rng, 3_000, 0.05)), Inference(0.95, 6_000))
+    se = (result.fixed.high - result.fixed.low) / 2 / stats.norm.ppf(0.975)
+    fixed_bound = stats.norm.ppf(0.975) * se
+    sequential_bound = (result.sequential.high - result.sequential.low) / 2
+    assert stats.norm.sf(fixed_bound, loc=result.mde, scale=se) == pytest.approx(0.8)
+    assert stats.norm.sf(sequential_bound, loc=result.sequential_mde, scale=se) == \
+        pytest.approx(0.8)
+    assert result.sequential_mde > result.mde

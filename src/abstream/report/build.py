@@ -17,10 +17,18 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from abstream.config import Config, ReportSettings
+from abstream.config import Config, MetricRole, ReportSettings
 from abstream.layout import Layout
 from abstream.report.moments import EMPTY, Moments, VariantSeries, served_series
-from abstream.report.statistics import Comparison, delta_ratio, srm_p_value, welch
+from abstream.report.statistics import (
+    Comparison,
+    Inference,
+    Interval,
+    adjusted_p_values,
+    delta_ratio,
+    srm_p_value,
+    welch,
+)
 from abstream.serving import serving_view, serving_visits
 from abstream.stages.metrics import Windowing
 from abstream.summary import VariantTotals, newest_window_end, variant_totals
@@ -33,26 +41,27 @@ CONTROL = "control"
 @dataclass(frozen=True)
 class Metric:
     """A compared metric: a ratio of two per-visitor sums (delta method) or a mean per
-    visitor (Welch)."""
+    visitor (Welch), and which way is better."""
 
     name: str
     numerator: str
     denominator: str | None = None
+    higher_is_better: bool = True
 
-    def compare(self, control: Moments, variant: Moments, confidence: float
+    def compare(self, control: Moments, variant: Moments, inference: Inference
                 ) -> Comparison | None:
         if self.denominator is None:
             return welch(control.mean(self.numerator), variant.mean(self.numerator),
-                         confidence)
+                         inference)
         return delta_ratio(control.ratio(self.numerator, self.denominator),
-                           variant.ratio(self.numerator, self.denominator), confidence)
+                           variant.ratio(self.numerator, self.denominator), inference)
 
 
 METRICS = (
     Metric("conversion_rate", "orders", "visits"),
     Metric("revenue_per_visitor", "revenue"),
-    Metric("bounce_rate", "bounces", "visits"),
-    Metric("error_visit_rate", "error_visits", "visits"),
+    Metric("bounce_rate", "bounces", "visits", higher_is_better=False),
+    Metric("error_visit_rate", "error_visits", "visits", higher_is_better=False),
     Metric("average_order_value", "revenue", "orders"),
 )
 
@@ -95,19 +104,47 @@ class VariantReport:
         }
 
 
+def _bounds(prefix: str, interval: Interval | None) -> dict[str, float | None]:
+    return {f"{prefix}_low": interval.low if interval else None,
+            f"{prefix}_high": interval.high if interval else None}
+
+
 @dataclass(frozen=True)
 class MetricComparison:
+    """One variant against control on one metric, judged by the report's rule: the
+    configured inference's p-value, adjusted over the experiment and population's
+    comparisons, below alpha."""
+
     variant: str
     metric: str
+    role: MetricRole
     result: Comparison
+    sequential: bool
+    p_value_adjusted: float
+    significant: bool
+
+    @property
+    def interval(self) -> Interval | None:
+        """The lift's interval of the configured inference."""
+        r = self.result
+        return r.sequential_lift if self.sequential else r.fixed_lift
+
+    @property
+    def mde(self) -> float:
+        return self.result.sequential_mde if self.sequential else self.result.mde
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
-        return {"variant": self.variant, "metric": self.metric,
+        return {"variant": self.variant, "metric": self.metric, "role": self.role,
                 "control_value": r.control_value, "variant_value": r.variant_value,
-                "lift": r.lift, "ci_low": r.ci_low, "ci_high": r.ci_high,
-                "p_value": r.p_value, "difference": r.difference,
-                "difference_ci_low": r.difference_low, "difference_ci_high": r.difference_high}
+                "lift": r.lift, **_bounds("ci", r.fixed_lift), "p_value": r.p_value,
+                "difference": r.difference, **_bounds("difference_ci", r.fixed),
+                **_bounds("sequential_ci", r.sequential_lift),
+                **_bounds("sequential_difference_ci", r.sequential),
+                "sequential_p_value": r.sequential_p_value,
+                "sequential_significant": r.sequential.excludes_zero(),
+                "p_value_adjusted": self.p_value_adjusted, "significant": self.significant,
+                "mde": self.mde}
 
 
 @dataclass(frozen=True)
@@ -139,12 +176,14 @@ class ExperimentReport:
 @dataclass(frozen=True)
 class Report:
     as_of: datetime | None
-    confidence: float
+    settings: ReportSettings
     experiments: list[ExperimentReport]
 
     def to_dict(self) -> dict[str, Any]:
+        s = self.settings
         return {"as_of": self.as_of.isoformat().replace("+00:00", "Z") if self.as_of else None,
-                "confidence": self.confidence,
+                "confidence": s.confidence, "inference": s.inference,
+                "sequential_tuning": s.sequential_tuning, "correction": s.correction,
                 "experiments": [e.to_dict() for e in self.experiments]}
 
 
@@ -165,14 +204,21 @@ def _weights(experiment_id: str, variants: list[str], settings: ReportSettings
     return dict(configured)
 
 
-def _comparisons(control: Moments, variant: Moments, name: str, confidence: float
-                 ) -> list[MetricComparison]:
-    found = []
-    for metric in METRICS:
-        result = metric.compare(control, variant, confidence)
-        if result is not None:
-            found.append(MetricComparison(name, metric.name, result))
-    return found
+def inference_of(settings: ReportSettings) -> Inference:
+    return Inference(settings.confidence, settings.sequential_tuning, settings.min_units)
+
+
+def judged(found: list[tuple[str, Metric, Comparison]], settings: ReportSettings
+           ) -> list[MetricComparison]:
+    """The comparisons of one experiment and population, each with its p-value adjusted
+    over all of them and whether it is significant by the configured rule."""
+    sequential = settings.inference == "sequential"
+    raw = [r.sequential_p_value if sequential else r.p_value for _, _, r in found]
+    adjusted = adjusted_p_values(raw, settings.correction)
+    alpha = 1 - settings.confidence
+    return [MetricComparison(variant, metric.name, settings.metrics.get(metric.name, "secondary"),
+                             result, sequential, p, p < alpha)
+            for (variant, metric, result), p in zip(found, adjusted, strict=True)]
 
 
 def experiment_report(
@@ -197,22 +243,24 @@ def experiment_report(
     def points(name: str) -> list[Moments]:
         return series[name].points if name in series else [EMPTY] * len(times)
 
-    comparisons: list[MetricComparison] = []
+    inference = inference_of(settings)
+    found: list[tuple[str, Metric, Comparison]] = []
     over_time: dict[tuple[str, str], list[Comparison | None]] = {}
     if CONTROL in names:
         for name in names:
             if name == CONTROL:
                 continue
-            comparisons += _comparisons(total[CONTROL], total[name], name,
-                                        settings.confidence)
             for metric in METRICS:
+                result = metric.compare(total[CONTROL], total[name], inference)
+                if result is not None:
+                    found.append((name, metric, result))
                 over_time[(name, metric.name)] = [
-                    metric.compare(c, v, settings.confidence)
+                    metric.compare(c, v, inference)
                     for c, v in zip(points(CONTROL), points(name), strict=True)]
     return ExperimentReport(
         experiment_id=experiment_id, population=population, final=final, weights=weights,
         srm_p_value=srm, srm_flagged=srm is not None and srm < settings.srm_threshold,
-        variants=variants, comparisons=comparisons, times=times,
+        variants=variants, comparisons=judged(found, settings), times=times,
         visitors_over_time={v: [m.n for m in points(v)] for v in names},
         comparisons_over_time=over_time,
     )
@@ -243,4 +291,4 @@ def build_report(spark: SparkSession, layout: Layout, config: Config) -> Report:
                     if (t.experiment_id, t.population) == (experiment_id, population)},
             series={k[2]: s for k, s in series.items() if k[:2] == (experiment_id, population)},
             times=times, settings=settings))
-    return Report(as_of, settings.confidence, experiments)
+    return Report(as_of, settings, experiments)

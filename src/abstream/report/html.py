@@ -12,6 +12,7 @@ from abstream.report.text import (
     COMPARISON_HEADER,
     VARIANT_HEADER,
     comparison_row,
+    rule,
     srm_line,
     status,
     variant_row,
@@ -78,8 +79,12 @@ def _figure(e: ExperimentReport) -> str:
                 if not shown:
                     continue
                 xs = [t for t, _ in shown]
-                ax.fill_between(xs, [r.ci_low for _, r in shown], [r.ci_high for _, r in shown],
+                fixed = [r.fixed_lift for _, r in shown]
+                ax.fill_between(xs, [i.low for i in fixed], [i.high for i in fixed],
                                 color=colors[variant], alpha=0.18, linewidth=0)
+                sequential = [r.sequential_lift for _, r in shown]
+                for bound in ([i.low for i in sequential], [i.high for i in sequential]):
+                    ax.plot(xs, bound, color=colors[variant], linewidth=1, linestyle="--")
                 ax.plot(xs, [r.lift for _, r in shown], color=colors[variant], linewidth=2,
                         marker="o", markersize=3, label=variant)
         out = io.StringIO()
@@ -96,10 +101,8 @@ def _section(e: ExperimentReport) -> str:
              f'<p class="{srm_css}">{escape(srm_line(e))}</p>',
              _table(VARIANT_HEADER, [variant_row(v) for v in e.variants])]
     if e.comparisons:
-        significant = [c.result.ci_low is not None and (c.result.ci_low > 0 or c.result.ci_high < 0)
-                       for c in e.comparisons]
         parts.append(_table(COMPARISON_HEADER, [comparison_row(c) for c in e.comparisons],
-                            significant))
+                            [c.significant for c in e.comparisons]))
     if e.times:
         parts.append(_figure(e))
     return "<section>" + "\n".join(parts) + "</section>"
@@ -107,11 +110,11 @@ def _section(e: ExperimentReport) -> str:
 
 def render_html(report: Report) -> str:
     as_of = report.as_of.strftime("%Y-%m-%d %H:%M UTC") if report.as_of else "-"
-    intro = (f"As of {as_of}. Lifts are relative to {CONTROL} with "
-             f"{report.confidence:.0%} confidence intervals; comparisons take the visitor as "
-             "the unit over closed visits (ratios by the delta method, revenue per visitor "
-             "by Welch's t-test). Bold rows: the interval excludes zero. Plots are "
-             "cumulative: each point uses every visit started before it.")
+    intro = (f"As of {as_of}. Lifts are relative to {CONTROL}; comparisons take the visitor "
+             "as the unit over closed visits (ratios by the delta method, revenue per visitor "
+             f"by Welch's t-test). Shown: {rule(report)}. Bold rows are significant. Plots "
+             "are cumulative: each point uses every visit started before it; the shaded band "
+             "is the fixed-horizon interval, the dashed lines the confidence sequence.")
     sections = [_section(e) for e in report.experiments] or \
         ["<p>No experiment data yet: run the pipeline first.</p>"]
     return (

@@ -35,6 +35,9 @@ VALUES = ("visits", "orders", "revenue", "bounces", "error_visits")
 PRODUCTS = (*((v, v) for v in VALUES), ("orders", "visits"), ("bounces", "visits"),
             ("error_visits", "visits"), ("revenue", "orders"))
 KEY = ("experiment_id", "population", "variant")
+#: Per denominator that a visitor may not have (a ratio per order), the count of visitors
+#: that have it: the units that carry the ratio.
+HAVING = {"orders": "buyers"}
 
 #: Candidate time steps of the series, smallest first.
 _STEPS = tuple(timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720)) + tuple(
@@ -58,8 +61,10 @@ class Moments:
         return MeanMoments(self.n, self.total(name), self.product(name, name))
 
     def ratio(self, x: str, y: str) -> RatioMoments:
+        having = HAVING.get(y)
         return RatioMoments(self.n, self.total(x), self.total(y), self.product(x, x),
-                            self.product(y, y), self.product(x, y))
+                            self.product(y, y), self.product(x, y),
+                            None if having is None else int(self.total(having)))
 
     def plus(self, other: Moments) -> Moments:
         return Moments(self.n + other.n,
@@ -160,9 +165,13 @@ def moment_increments(visits: DataFrame, grid: TimeGrid) -> DataFrame:
         before_a, before_b = F.col(a) - F.col(f"d_{a}"), F.col(b) - F.col(f"d_{b}")
         return F.col(a) * F.col(b) - before_a * before_b
 
+    def became_nonzero(v: str) -> Column:
+        return ((F.col(v) != 0) & (F.col(v) == F.col(f"d_{v}"))).cast("long")
+
     return cumulative.groupBy(*KEY, "point").agg(
         F.sum("n").alias("n"),
         *(F.sum(f"d_{v}").cast("double").alias(v) for v in VALUES),
+        *(F.sum(became_nonzero(v)).cast("double").alias(name) for v, name in HAVING.items()),
         *(F.sum(grown(a, b)).cast("double").alias(_name(a, b)) for a, b in PRODUCTS),
         F.min("final").alias("final"),
     )
@@ -188,7 +197,7 @@ def cumulative_series(increments: Iterable[Mapping[str, Any]], grid: TimeGrid
     for row in increments:
         key = (row["experiment_id"], row["population"], row["variant"])
         grouped.setdefault(key, {})[row["point"]] = row
-    names = [*VALUES, *(_name(a, b) for a, b in PRODUCTS)]
+    names = [*VALUES, *HAVING.values(), *(_name(a, b) for a, b in PRODUCTS)]
     series = {}
     for key, rows in grouped.items():
         running, points = EMPTY, []

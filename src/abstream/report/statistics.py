@@ -10,6 +10,21 @@
 
 Lifts are relative (variant / control - 1) with their confidence interval from the delta
 method; the absolute difference and its interval come along.
+
+Every comparison has two kinds of inference (:class:`Inference`):
+
+- fixed-horizon: the usual interval and p-value, valid for one look at a sample size
+  chosen in advance;
+- sequential: the asymptotic confidence sequence of Waudby-Smith, Arnold, Wu, Howard and
+  Ramdas ("Time-uniform central limit theory and asymptotic confidence sequences", 2023),
+  with the normal-mixture boundary of Howard et al.: it covers the true difference at every
+  look at once with probability 1 - alpha, so a result may be read, and acted on, as often
+  as it is refreshed. Its p-value is the smallest alpha whose sequence excludes zero.
+
+A comparison's minimum detectable effect is the true difference its test would find with
+80 % power at the current sample size (were this the last look).
+
+Multiple comparisons: :func:`adjusted_p_values` (Holm, Benjamini-Hochberg).
 """
 
 from __future__ import annotations
@@ -17,8 +32,52 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from scipy import stats
+
+#: The power at which the minimum detectable effect is worked out.
+POWER = 0.8
+_Z_POWER = float(stats.norm.ppf(POWER))
+
+Correction = Literal["holm", "bh", "none"]
+
+
+@dataclass(frozen=True)
+class Inference:
+    """The confidence level of every interval, and the sequential interval's tuning: the
+    number of units (visitors of both arms together) at which the confidence sequence is
+    narrowest. Far from it the sequence is a little wider than it could be; it is valid
+    at every sample size either way."""
+
+    confidence: float = 0.95
+    tuning: int = 5_000
+    #: Fewer units than this on a side (units with orders, for a ratio per order) and the
+    #: comparison is not made: the normal approximations need a sample.
+    min_units: int = 2
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.confidence
+
+    @property
+    def rho2(self) -> float:
+        """The mixture's variance per unit, rho², that makes the sequence narrowest at
+        ``tuning`` units (Howard et al., the normal-mixture boundary)."""
+        log_alpha = math.log(self.alpha)
+        return (-2 * log_alpha + math.log(-2 * log_alpha + 1)) / self.tuning
+
+    def sequential_multiplier(self, units: int) -> float:
+        """The sequence's half-width over the estimate's standard error at ``units`` units:
+        what z is to a fixed-horizon interval, growing slowly with the sample."""
+        t = units * self.rho2
+        return math.sqrt(2 * (t + 1) / t * math.log(math.sqrt(t + 1) / self.alpha))
+
+    def sequential_p_value(self, z: float, units: int) -> float:
+        """The smallest alpha at which the sequence (at this rho) excludes zero, for a
+        difference ``z`` standard errors from it."""
+        t = units * self.rho2
+        return min(1.0, math.sqrt(t + 1) * math.exp(-z * z * t / (2 * (t + 1))))
 
 
 @dataclass(frozen=True)
@@ -41,7 +100,8 @@ class MeanMoments:
 
 @dataclass(frozen=True)
 class RatioMoments:
-    """n units with values x (numerator) and y (denominator): sums of x, y, x², y², x·y."""
+    """n units with values x (numerator) and y (denominator): sums of x, y, x², y², x·y;
+    ``with_y``: how many units have a y other than 0 (all n when not given)."""
 
     n: int
     sum_x: float
@@ -49,6 +109,12 @@ class RatioMoments:
     sum_xx: float
     sum_yy: float
     sum_xy: float
+    with_y: int | None = None
+
+    @property
+    def informative(self) -> int:
+        """The units that carry the ratio: those with a y."""
+        return self.n if self.with_y is None else self.with_y
 
     @property
     def ratio(self) -> float:
@@ -67,25 +133,40 @@ class RatioMoments:
 
 
 @dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """A variant against control: values, relative lift with its interval, absolute
-    difference with its interval, and the two-sided p-value of no difference."""
+    """A variant against control: values, relative lift and absolute difference, each with
+    its fixed-horizon interval and its confidence sequence (lift intervals None when
+    control is 0), the two p-values of no difference, and the minimum detectable effect of
+    each test (absolute, like the difference)."""
 
     control_value: float
     variant_value: float
-    lift: float | None
-    ci_low: float | None
-    ci_high: float | None
     difference: float
-    difference_low: float
-    difference_high: float
+    lift: float | None
+    fixed: Interval
+    sequential: Interval
+    fixed_lift: Interval | None
+    sequential_lift: Interval | None
     p_value: float
+    sequential_p_value: float
+    mde: float
+    sequential_mde: float
 
 
 def welch(control: MeanMoments, variant: MeanMoments,
-          confidence: float = 0.95) -> Comparison | None:
-    """Means compared with Welch's t-test; None with fewer than two units on a side."""
-    if control.n < 2 or variant.n < 2:
+          inference: Inference = Inference()) -> Comparison | None:
+    """Means compared with Welch's t-test; None with fewer than ``min_units`` (at least
+    two) units on a side."""
+    if min(control.n, variant.n) < max(2, inference.min_units):
         return None
     se_c2, se_v2 = control.variance / control.n, variant.variance / variant.n
     se2 = se_c2 + se_v2
@@ -93,26 +174,28 @@ def welch(control: MeanMoments, variant: MeanMoments,
         df = math.inf
     else:
         df = se2 ** 2 / (se_c2 ** 2 / (control.n - 1) + se_v2 ** 2 / (variant.n - 1))
-    quantile = float(stats.t.ppf((1 + confidence) / 2, df)) if math.isfinite(df) else \
-        float(stats.norm.ppf((1 + confidence) / 2))
+    two_sided = 1 - inference.alpha / 2
+    quantile = float(stats.t.ppf(two_sided, df)) if math.isfinite(df) else \
+        float(stats.norm.ppf(two_sided))
     p_value = _p_value(variant.mean - control.mean, se2,
                        lambda z: 2 * float(stats.t.sf(abs(z), df)))
     return _compare(control.mean, variant.mean, se_c2, se_v2, quantile=quantile,
-                    p_value=p_value)
+                    p_value=p_value, units=control.n + variant.n, inference=inference)
 
 
 def delta_ratio(control: RatioMoments, variant: RatioMoments,
-                confidence: float = 0.95) -> Comparison | None:
-    """Ratios compared with the delta method (z-test); None with fewer than two units on a
-    side or a zero denominator."""
-    if control.n < 2 or variant.n < 2 or control.sum_y == 0 or variant.sum_y == 0:
+                inference: Inference = Inference()) -> Comparison | None:
+    """Ratios compared with the delta method (z-test); None with fewer than ``min_units``
+    (at least two) units with a denominator on a side."""
+    if min(control.informative, variant.informative) < max(2, inference.min_units) \
+            or control.sum_y == 0 or variant.sum_y == 0:
         return None
-    quantile = float(stats.norm.ppf((1 + confidence) / 2))
+    quantile = float(stats.norm.ppf(1 - inference.alpha / 2))
     var_c, var_v = control.variance, variant.variance
     p_value = _p_value(variant.ratio - control.ratio, var_c + var_v,
                        lambda z: 2 * float(stats.norm.sf(abs(z))))
     return _compare(control.ratio, variant.ratio, var_c, var_v, quantile=quantile,
-                    p_value=p_value)
+                    p_value=p_value, units=control.n + variant.n, inference=inference)
 
 
 def _p_value(difference: float, variance: float,
@@ -123,18 +206,55 @@ def _p_value(difference: float, variance: float,
     return two_sided(difference / math.sqrt(variance))
 
 
+def _around(value: float, margin: float) -> Interval:
+    return Interval(value - margin, value + margin)
+
+
 def _compare(control: float, variant: float, var_c: float, var_v: float, *,
-             quantile: float, p_value: float) -> Comparison:
+             quantile: float, p_value: float, units: int, inference: Inference
+             ) -> Comparison:
     difference = variant - control
-    margin = quantile * math.sqrt(var_c + var_v)
-    lift = low = high = None
+    se = math.sqrt(var_c + var_v)
+    multiplier = inference.sequential_multiplier(units)
+    sequential_p = _p_value(difference, se * se,
+                            lambda z: inference.sequential_p_value(z, units))
+    lift = fixed_lift = sequential_lift = None
     if control != 0:
         lift = variant / control - 1
         # Delta method for variant / control: Var ≈ Var(v)/c² + v²·Var(c)/c⁴.
-        relative = quantile * math.sqrt(var_v / control ** 2 + variant ** 2 * var_c / control ** 4)
-        low, high = lift - relative, lift + relative
-    return Comparison(control, variant, lift, low, high, difference, difference - margin,
-                      difference + margin, p_value)
+        relative = math.sqrt(var_v / control ** 2 + variant ** 2 * var_c / control ** 4)
+        fixed_lift = _around(lift, quantile * relative)
+        sequential_lift = _around(lift, multiplier * relative)
+    return Comparison(
+        control_value=control, variant_value=variant, difference=difference, lift=lift,
+        fixed=_around(difference, quantile * se),
+        sequential=_around(difference, multiplier * se),
+        fixed_lift=fixed_lift, sequential_lift=sequential_lift,
+        p_value=p_value, sequential_p_value=sequential_p,
+        mde=(quantile + _Z_POWER) * se, sequential_mde=(multiplier + _Z_POWER) * se)
+
+
+def adjusted_p_values(p_values: Sequence[float], correction: Correction) -> list[float]:
+    """``p_values`` adjusted for their number: Holm's step-down (family-wise error rate),
+    Benjamini-Hochberg's step-up (false discovery rate), or as they are (``none``). A
+    comparison is significant at alpha when its adjusted p-value is below alpha."""
+    m = len(p_values)
+    if correction == "none" or m == 0:
+        return list(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    if correction == "holm":
+        running = 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (m - rank) * p_values[i]))
+            adjusted[i] = running
+        return adjusted
+    running = 1.0
+    for rank in range(m - 1, -1, -1):
+        i = order[rank]
+        running = min(running, m / (rank + 1) * p_values[i])
+        adjusted[i] = running
+    return adjusted
 
 
 def srm_p_value(units: Sequence[int], weights: Sequence[float]) -> float | None:

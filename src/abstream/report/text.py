@@ -28,10 +28,15 @@ def p_value(number: float | None) -> str:
 
 
 def interval(c: MetricComparison) -> str:
-    r = c.result
-    if r.ci_low is None:
+    shown = c.interval
+    if shown is None:
         return "-"
-    return f"[{percent(r.ci_low)}, {percent(r.ci_high)}]"
+    return f"[{percent(shown.low)}, {percent(shown.high)}]"
+
+
+def absolute(metric: str, number: float) -> str:
+    """An absolute difference: percentage points for rates, money otherwise."""
+    return f"{number * 100:.2f} pp" if metric in RATES else f"{number:,.2f}"
 
 
 def status(e: ExperimentReport) -> str:
@@ -60,26 +65,45 @@ def variant_row(v: VariantReport) -> tuple[str, ...]:
 VARIANT_HEADER = ("variant", "visitors", "visits", "bounce", "orders", "units", "conv.", "revenue",
                   "rev/visitor", "AOV", "error visits", "load ms", "1h visitors",
                   "24h visitors")
-COMPARISON_HEADER = ("variant", "metric", "control", "variant", "lift", "CI", "p")
+COMPARISON_HEADER = ("variant", "metric", "role", "control", "variant", "lift", "CI", "p",
+                     "p adj.", "MDE", "significant")
 
 
 def comparison_row(c: MetricComparison) -> tuple[str, ...]:
     r = c.result
-    return (c.variant, c.metric, value(c.metric, r.control_value),
-            value(c.metric, r.variant_value), percent(r.lift), interval(c), p_value(r.p_value))
+    raw = r.sequential_p_value if c.sequential else r.p_value
+    return (c.variant, c.metric, c.role, value(c.metric, r.control_value),
+            value(c.metric, r.variant_value), percent(r.lift), interval(c), p_value(raw),
+            p_value(c.p_value_adjusted), absolute(c.metric, c.mde),
+            "yes" if c.significant else "")
+
+
+CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
+
+
+def rule(report: Report) -> str:
+    """How the comparisons are judged, in a line."""
+    s = report.settings
+    if s.inference == "sequential":
+        kind = f"{s.confidence:.0%} confidence sequences (valid at every look)"
+    else:
+        kind = f"{s.confidence:.0%} fixed-horizon intervals (valid for one look)"
+    return (f"{kind}; p adj.: {CORRECTIONS[s.correction]} over each experiment and "
+            "population; MDE: 80% power at this sample")
 
 
 def render_text(report: Report) -> str:
     if not report.experiments:
         return "no experiment data yet (run the pipeline first)"
     as_of = report.as_of.strftime("%Y-%m-%d %H:%M UTC") if report.as_of else "-"
-    blocks = [f"experiment report as of {as_of}; {report.confidence:.0%} confidence "
-              "intervals; comparisons per visitor over closed visits"]
+    blocks = [f"experiment report as of {as_of}; comparisons per visitor over closed "
+              f"visits; {rule(report)}"]
     for e in report.experiments:
         lines = [f"{e.experiment_id} / {e.population}: {status(e)}; {srm_line(e)}",
                  render_table([VARIANT_HEADER, *map(variant_row, e.variants)])]
         if e.comparisons:
             lines.append(render_table([COMPARISON_HEADER,
-                                       *map(comparison_row, e.comparisons)], left=(0, 1)))
+                                       *map(comparison_row, e.comparisons)],
+                                      left=(0, 1, 2)))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
