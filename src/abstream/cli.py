@@ -180,6 +180,10 @@ def _report_parser(commands: argparse._SubParsersAction, common: argparse.Argume
     report.add_argument("--html", metavar="FILE", type=Path,
                         help="write a self-contained HTML report with plots (text is then "
                              "not printed; --json still is)")
+    report.add_argument("--publish", action="store_true",
+                        help="replace the experiment_results table, which the metrics "
+                             "exporter serves, with this report (text is then not printed; "
+                             "--json still is); run it from cron")
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -354,15 +358,20 @@ def _cmd_report(args: argparse.Namespace, config: Config) -> int:
 
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html: folder {args.html.parent} does not exist")
-    report = build_report(spark_session(config.spark), Layout.of(config.data_dir), config)
+    spark, layout = spark_session(config.spark), Layout.of(config.data_dir)
+    report = build_report(spark, layout, config)
     if args.html is not None:
         from abstream.report.html import render_html
 
         args.html.write_text(render_html(report), encoding="utf-8")
         log.info("HTML report written to %s", args.html)
+    if args.publish:
+        from abstream.report.publish import publish
+
+        publish(spark, layout, report, datetime.now(UTC))
     if args.json:
         print(json.dumps(report.to_dict()))
-    elif args.html is None:
+    elif args.html is None and not args.publish:
         print(render_text(report))
     return 0
 

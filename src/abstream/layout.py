@@ -56,6 +56,10 @@ class Layout:
     def batch_coverage(self) -> str:
         return self._below("tables", "batch_coverage")
 
+    @property
+    def experiment_results(self) -> str:
+        return self._below("tables", "experiment_results")
+
     def checkpoint(self, component: str) -> str:
         return self._below("checkpoints", component)
 

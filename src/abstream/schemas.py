@@ -211,3 +211,28 @@ BATCH_COVERAGE = StructType(
         StructField("computed_at", TimestampType(), False),
     ]
 )
+
+#: ``experiment_results``: the latest published report, replaced at each ``report
+#: --publish``, for the exporter. ``kind`` says which columns a row fills: ``experiment``
+#: (the SRM check), ``variant`` (visitors) or ``comparison`` (a variant against control on
+#: a metric: the lift, its confidence sequence and the adjusted p-value).
+EXPERIMENT_RESULTS = StructType(
+    [
+        StructField("published_at", TimestampType(), False),
+        StructField("as_of", TimestampType()),
+        StructField("kind", StringType(), False),
+        StructField("experiment_id", StringType(), False),
+        StructField("population", StringType(), False),
+        StructField("variant", StringType()),
+        StructField("metric", StringType()),
+        StructField("role", StringType()),
+        StructField("higher_is_better", BooleanType()),
+        StructField("srm_p_value", DoubleType()),
+        StructField("srm_threshold", DoubleType()),
+        StructField("visitors", LongType()),
+        StructField("lift", DoubleType()),
+        StructField("lift_ci_low", DoubleType()),
+        StructField("lift_ci_high", DoubleType()),
+        StructField("p_value_adjusted", DoubleType()),
+    ]
+)

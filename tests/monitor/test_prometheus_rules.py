@@ -36,7 +36,18 @@ def test_the_seed_scenarios_replayed_against_the_rules():
 
 def test_dashboard_queries_only_what_abstream_exports():
     dashboard = json.loads((DEPLOY / "grafana" / "abstream-dashboard.json").read_text())
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
     assert len(exprs) >= 15
     for expr in exprs:
         assert "abstream" in expr or "delta_version" in expr or "spark_delta" in expr, expr
+
+
+def test_dashboard_has_an_experiments_row():
+    dashboard = json.loads((DEPLOY / "grafana" / "abstream-dashboard.json").read_text())
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    assert any("Experiments" in row["title"] for row in rows)
+    exprs = " ".join(t["expr"] for panel in dashboard["panels"]
+                     for t in panel.get("targets", []))
+    for metric in ("srm_p_value", "visitors", "lift", "lift_ci_low", "lift_ci_high",
+                   "p_value_adjusted", "results_published_timestamp_seconds"):
+        assert f"abstream_experiment_{metric}" in exprs, metric

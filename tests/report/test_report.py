@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from prometheus_client import CollectorRegistry
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -21,10 +22,12 @@ from abstream.components import Context, pipeline_components
 from abstream.config import Config, ReportSettings
 from abstream.generator import GeneratorSettings, generate
 from abstream.layout import Layout
+from abstream.monitor.experiments import ExperimentCollector
 from abstream.progress import ProgressListener, RunStats
-from abstream.report.build import Report, build_report, experiment_report
+from abstream.report.build import METRICS, Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
 from abstream.report.moments import EMPTY, Moments, VariantSeries
+from abstream.report.publish import publish
 from abstream.report.text import render_text
 from abstream.runner import run_once
 from tests import reference
@@ -249,6 +252,45 @@ def test_html_report_shows_the_plots_in_a_browser(served, tmp_path):
         rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
         close = (np.abs(image - rgb).sum(axis=2) < 40).sum()
         assert close > 500, f"the plotted {color} series is not on screen ({close} pixels)"
+
+
+def _served_values(registry: CollectorRegistry, report: Report) -> None:
+    """Every published number of ``report`` is what the registry serves."""
+    better = {m.name: "higher" if m.higher_is_better else "lower" for m in METRICS}
+    for e in report.experiments:
+        key = {"experiment": e.experiment_id, "population": e.population}
+        assert registry.get_sample_value("abstream_experiment_srm_p_value", key) == \
+            pytest.approx(e.srm_p_value)
+        for v in e.variants:
+            assert registry.get_sample_value("abstream_experiment_visitors",
+                                             {**key, "variant": v.variant}) == v.visitors
+        for c in e.comparisons:
+            labels = {**key, "variant": c.variant, "metric": c.metric, "role": c.role,
+                      "better": better[c.metric]}
+            interval = c.result.sequential_lift
+            for name, value in (("lift", c.result.lift), ("lift_ci_low", interval.low),
+                                ("lift_ci_high", interval.high),
+                                ("p_value_adjusted", c.p_value_adjusted)):
+                assert registry.get_sample_value(f"abstream_experiment_{name}", labels) == \
+                    pytest.approx(value), (name, labels)
+    assert registry.get_sample_value("abstream_experiment_srm_threshold") == \
+        report.settings.srm_threshold
+
+
+def test_published_results_are_what_the_exporter_serves(served):
+    ctx = served.ctx
+    registry = CollectorRegistry()
+    registry.register(ExperimentCollector(ctx.layout.experiment_results))
+    assert registry.get_sample_value("abstream_experiment_results_published_timestamp_seconds") \
+        is None, "nothing published yet, nothing served"
+    first = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    publish(ctx.spark, ctx.layout, served.provisional, first)
+    _served_values(registry, served.provisional)
+    later = first + timedelta(minutes=15)
+    publish(ctx.spark, ctx.layout, served.final, later)
+    _served_values(registry, served.final)
+    assert registry.get_sample_value(
+        "abstream_experiment_results_published_timestamp_seconds") == later.timestamp()
 
 
 def test_points_before_a_variant_has_visits_have_no_comparison():

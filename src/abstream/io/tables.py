@@ -11,7 +11,14 @@ from pyspark.sql.types import StructType
 
 from abstream.errors import AbstreamError
 from abstream.layout import Layout
-from abstream.schemas import BATCH_COVERAGE, EVENTS, EXPERIMENT_METRICS, REJECTED, SESSIONS
+from abstream.schemas import (
+    BATCH_COVERAGE,
+    EVENTS,
+    EXPERIMENT_METRICS,
+    EXPERIMENT_RESULTS,
+    REJECTED,
+    SESSIONS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,7 @@ SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("layer", "visit_date"),
 METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS, ("layer",),
                           ("window_start", "window_end"))
 COVERAGE_TABLE = TableSpec("batch_coverage", BATCH_COVERAGE)
+RESULTS_TABLE = TableSpec("experiment_results", EXPERIMENT_RESULTS)
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:

@@ -1,4 +1,5 @@
-"""The Prometheus exporter: component lag, table versions, system lag, query metrics.
+"""The Prometheus exporter: component lag, table versions, system lag, query metrics, and
+the experiments' published results.
 
 Lag and table metrics are computed at scrape time from checkpoints and Delta logs, so they
 are exact at that moment and keep growing while a component is down. Query metrics come
@@ -21,6 +22,7 @@ from abstream.config import Config
 from abstream.errors import AbstreamError
 from abstream.lag import CAUGHT_UP, ERROR, LagMonitor, LagRow, MonitoredSource, source_kind
 from abstream.layout import Layout
+from abstream.monitor.experiments import ExperimentCollector
 from abstream.monitor.queries import QueryMetrics
 from abstream.monitor.targets import monitored_sources, table_name, watched_tables
 from abstream.times import epoch_from_iso
@@ -169,6 +171,7 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.lag = LagCollector(config, clock)
         self.registry.register(self.lag)
+        self.registry.register(ExperimentCollector(Layout.of(config.data_dir).experiment_results))
         self.queries = QueryMetrics(self.registry, {v: table_name(v) for v in
                                                    watched_tables(config).values()})
         self._server: Any = None

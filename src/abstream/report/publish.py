@@ -1,0 +1,61 @@
+"""``abstream report --publish``: the report's headline numbers into the small Delta table
+``experiment_results``, replaced each time, where the exporter reads them without Spark.
+
+Per experiment and population: the SRM p-value (with the threshold it is judged by); per
+variant: visitors; per comparison: the lift with its confidence sequence (the interval
+valid however often it is read, whatever ``report.inference`` shows) and the adjusted
+p-value, with the metric's role and which way is better, for the alert rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from abstream.io.tables import RESULTS_TABLE, ensure_table
+from abstream.layout import Layout
+from abstream.report.build import METRICS, Report
+from abstream.schemas import EXPERIMENT_RESULTS
+
+log = logging.getLogger(__name__)
+
+_BETTER = {metric.name: metric.higher_is_better for metric in METRICS}
+
+
+def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
+    """The rows of ``experiment_results`` for ``report``."""
+    rows: list[dict[str, Any]] = []
+    threshold = report.settings.srm_threshold
+    for e in report.experiments:
+        key = {"published_at": published_at, "as_of": report.as_of,
+               "experiment_id": e.experiment_id, "population": e.population}
+        rows.append({**key, "kind": "experiment", "srm_p_value": e.srm_p_value,
+                     "srm_threshold": threshold})
+        rows += [{**key, "kind": "variant", "variant": v.variant, "visitors": v.visitors}
+                 for v in e.variants]
+        for c in e.comparisons:
+            interval = c.result.sequential_lift
+            rows.append({**key, "kind": "comparison", "variant": c.variant,
+                         "metric": c.metric, "role": c.role,
+                         "higher_is_better": _BETTER[c.metric], "lift": c.result.lift,
+                         "lift_ci_low": interval.low if interval else None,
+                         "lift_ci_high": interval.high if interval else None,
+                         "p_value_adjusted": c.p_value_adjusted})
+    return rows
+
+
+def publish(spark: SparkSession, layout: Layout, report: Report, published_at: datetime
+            ) -> int:
+    """Replace ``experiment_results`` with ``report``'s rows; how many were written."""
+    rows = result_rows(report, published_at)
+    path = ensure_table(spark, RESULTS_TABLE, layout)
+    schema = to_arrow_schema(EXPERIMENT_RESULTS, timezone="UTC")
+    table = pa.Table.from_pylist(rows, schema=schema)
+    spark.createDataFrame(table).write.format("delta").mode("overwrite").save(path)
+    log.info("published %d result rows to %s", len(rows), path)
+    return len(rows)
