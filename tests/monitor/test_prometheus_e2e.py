@@ -92,10 +92,11 @@ def test_stopped_fed_restarted(spark, tmp_path, capsys):
 
             dashboard = json.loads((DEPLOY / "grafana" / "abstream-dashboard.json").read_text())
             for panel in dashboard["panels"]:
-                for target in panel["targets"]:
+                for target in panel.get("targets", []):
                     api(address, "query", query=target["expr"])
             alerts = api(address, "rules", type="alert")
             assert {r["name"] for g in alerts["groups"] for r in g["rules"]} >= {
-                "AbstreamComponentLagHigh", "AbstreamComponentStalled"}
+                "AbstreamComponentLagHigh", "AbstreamComponentStalled",
+                "AbstreamExperimentGuardrailHarmed", "AbstreamExperimentResultsStale"}
     finally:
         exporter.stop()
