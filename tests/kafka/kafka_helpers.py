@@ -26,10 +26,20 @@ def kafka_context(ctx: Context, broker: LocalBroker, name: str, **validate: obje
 
 def produce_lines(bootstrap_servers: str, topic: str, lines: list[str]) -> None:
     """Each line as one record, delivered before returning."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 0})
-    for line in lines:
-        producer.produce(topic, value=line.encode())
-    assert producer.flush(30) == 0
+    produce_values(bootstrap_servers, topic, [line.encode() for line in lines])
+
+
+def produce_values(bootstrap_servers: str, topic: str, values: list[bytes | None]) -> None:
+    """Each value as one record, delivered before returning."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value=value)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
 
 
 def read_topic(bootstrap_servers: str, topic: str, expected: int = 0,

@@ -10,7 +10,6 @@ the real ingest component: no micro-batch fails and input = bronze + rejected + 
 from __future__ import annotations
 
 import json
-import random
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,15 +24,13 @@ from abstream.components import COMPONENTS
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
 from abstream.runner import run_once
 from abstream.stages import kafka_records, validate
+from tests.fuzz import BEACON_FIELDS, TS, fuzzed_records
 from tests.helpers import beacon, dumps, reconfigure
 
 MAX_BYTES = 2_048
 FUTURE = timedelta(minutes=5)
-TS = "2026-01-05T10:00:00.000Z"
 REASON = re.compile(r"^(oversized_record|empty_record|malformed_json|invalid_timestamp|"
                     r"future_timestamp|(invalid_type|missing_field|invalid_value):[a-z_]+)$")
-BEACON_FIELDS = ("event_id", "event_ts", "session_id", "visitor_id", "type", "page",
-                 "experiments", "revenue", "units", "page_load_ms")
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.integers(-10**40, 10**40)
@@ -150,44 +147,12 @@ def test_every_kafka_record_goes_to_exactly_one_topic(spark, drawn):
         assert (len(reasons) == 1) == (row["topic"] == "rejected")
 
 
-def _seeded_lines(seed: int, count: int) -> list[bytes]:
-    """``count`` lines of every kind, about a third valid beacons (some repeated)."""
-    rng = random.Random(seed)
-    good = [dumps(beacon(f"e{i}", TS, session=f"s{i % 97}", visitor=f"v{i % 89}"))
-            for i in range(count // 3)]
-    out: list[bytes] = []
-    while len(out) < count:
-        pick = rng.random()
-        if pick < 0.3:
-            line = good[rng.randrange(len(good))].encode()
-        elif pick < 0.45:
-            line = rng.randbytes(rng.randrange(120)).replace(b"\n", b" ").replace(b"\r", b" ")
-        elif pick < 0.6:
-            record = beacon(f"m{len(out)}", TS)
-            record[rng.choice(BEACON_FIELDS)] = rng.choice(
-                [None, 1e308, -1, "", [], {}, "x" * 200, [None], {"id": None}, 10**30, True])
-            line = json.dumps(record).encode()
-        elif pick < 0.7:
-            line = ("[" * rng.randrange(1, 5_000)).encode()
-        elif pick < 0.8:
-            line = ("\ufeff" + dumps(beacon(f"b{len(out)}", TS))).encode()
-        elif pick < 0.9:
-            line = (dumps(beacon(f"p{len(out)}", TS))[:-1]
-                    + f',"page":"{"y" * rng.randrange(MAX_BYTES - 200, MAX_BYTES + 200)}"}}'
-                    ).encode()
-        else:
-            line = "".join(chr(rng.randrange(0x20, 0x2FFF)) for _ in range(rng.randrange(40))
-                           ).encode("utf-8", errors="surrogateescape")
-        out.append(line)
-    return out
-
-
 @pytest.mark.slow
 def test_100_000_fuzzed_lines_through_ingest_lose_nothing(ctx):
     ctx = reconfigure(ctx, "ingest", max_record_bytes=MAX_BYTES)
     landing = Path(ctx.layout.landing)
     landing.mkdir(parents=True, exist_ok=True)
-    lines_in = _seeded_lines(7, 100_000)
+    lines_in = fuzzed_records(7, 100_000, MAX_BYTES)
     for part in range(4):
         chunk = lines_in[part * 25_000:(part + 1) * 25_000]
         (landing / f"fuzz-{part}.jsonl").write_bytes(
