@@ -271,6 +271,7 @@ def _cmd_run(args: argparse.Namespace, config: Config) -> int:
             if args.once:
                 run_once(ctx, components, stop)
             else:
+                exporter.expect_queries(ctx.spark, [c.name for c in components])
                 run_continuously(ctx, components, stop)
     finally:
         exporter.push()

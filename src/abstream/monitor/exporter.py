@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app, push_to_gateway
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from abstream.config import Config
@@ -26,6 +28,9 @@ from abstream.monitor.experiments import ExperimentCollector
 from abstream.monitor.queries import QueryMetrics
 from abstream.monitor.targets import monitored_sources, table_name, watched_tables
 from abstream.times import epoch_from_iso
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +49,23 @@ class LagCollector(Collector):
         self.own = config.monitor.include_own
         self.clock = clock
         self.monitor = LagMonitor(self.sources, clock, config.kafka.bootstrap_servers)
+        self._objectives = {(s.component, s.source): s.slo_seconds for s in self.sources}
+        self._lock = threading.Lock()
         if self.own:  # system lag reads each bronze file's earliest arrival from its stats
             self.monitor.watch_stats(self.layout.events, ARRIVAL_COLUMN)
 
+    def rows(self) -> list[LagRow]:
+        """Every lag row now (scrapes and readiness probes may ask at the same time)."""
+        with self._lock:
+            return self.monitor.rows()
+
+    def objective(self, row: LagRow) -> float:
+        return self._objectives[(row.component, row.source)]
+
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        rows = self.monitor.rows()
-        yield from _lag_families(rows, self.sources, self.clock())
+        rows = self.rows()
+        yield from _lag_families(rows, self.objective, self.clock())
         yield from self._table_families()
         if self.own:
             system = GaugeMetricFamily(
@@ -103,7 +118,7 @@ class LagCollector(Collector):
         yield from (version, data_version, stamp)
 
 
-def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
+def _lag_families(rows: list[LagRow], objective: Callable[[LagRow], float],
                   now: float) -> Iterator[Metric]:
     labels = ["component", "source"]
 
@@ -135,14 +150,13 @@ def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
                            ["partition"])
     partition_behind = family("abstream_kafka_partition_offsets_behind",
                               "Records not read yet in one partition", ["partition"])
-    objectives = {(s.component, s.source): s.slo_seconds for s in sources}
     seen: set[str] = set()
     for row in rows:
         key = [row.component, row.source]
         lag.add_metric(key, row.lag_seconds)
         versions.add_metric(key, row.unprocessed_versions)
         size.add_metric(key, row.unprocessed_bytes)
-        slo.add_metric(key, objectives[(row.component, row.source)])
+        slo.add_metric(key, objective(row))
         if row.last_processed_version is not None:
             processed.add_metric(key, row.last_processed_version)
         if row.offsets_behind is not None:
@@ -163,11 +177,25 @@ def _lag_families(rows: list[LagRow], sources: list[MonitoredSource],
                 partition_lag, partition_behind)
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes and probes every few seconds are not worth a log line."""
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
 class Exporter:
-    """The registry of all abstream metrics, served over HTTP or pushed to a Pushgateway."""
+    """The registry of all abstream metrics, served over HTTP (with health and readiness
+    probes) or pushed to a Pushgateway.
+
+    ``/healthz``: the process is alive and serving. ``/readyz``: every query this process
+    should run is active (``expect_queries``) and no monitored component is behind its lag
+    objective; otherwise 503 with one line per problem."""
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self._expected: tuple[SparkSession, tuple[str, ...]] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.lag = LagCollector(config, clock)
         self.registry.register(self.lag)
@@ -176,16 +204,53 @@ class Exporter:
                                                    watched_tables(config).values()})
         self._server: Any = None
 
+    def expect_queries(self, spark: SparkSession, names: Iterable[str]) -> None:
+        """Readiness needs these streaming queries of ``spark`` active."""
+        self._expected = (spark, tuple(names))
+
+    def problems(self) -> list[str]:
+        """Why this process is not ready, a line each; none when it is."""
+        found = []
+        if self._expected is not None:
+            spark, names = self._expected
+            active = {query.name for query in spark.streams.active}
+            found += [f"{name}: its query is not running" for name in names
+                      if name not in active]
+        for row in self.lag.rows():
+            objective = self.lag.objective(row)
+            if row.lag_seconds > objective:
+                found.append(f"{row.component} on {row.source}: {row.lag_seconds:.0f} s behind "
+                             f"(objective {objective:.0f} s)")
+        return found
+
+    def _app(self) -> WsgiApp:
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path not in ("/healthz", "/readyz"):
+                return metrics(environ, start_response)
+            problems = self.problems() if path == "/readyz" else []
+            status = "503 Service Unavailable" if problems else "200 OK"
+            body = ("\n".join(problems) if problems else "ok").encode() + b"\n"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [body]
+
+        return app
+
     def serve(self) -> tuple[str, int]:
         """Start the HTTP endpoint in a background thread; return where it listens."""
         settings = self.config.monitor.exporter
         try:
-            self._server, _ = start_http_server(settings.port, settings.host, self.registry)
+            self._server = make_server(settings.host, settings.port, self._app(),
+                                       ThreadingWSGIServer, handler_class=_QuietHandler)
         except OSError as exc:
             raise AbstreamError(f"cannot serve metrics on {settings.host}:{settings.port}: "
                                 f"{exc.strerror}") from None
+        threading.Thread(target=self._server.serve_forever, name="exporter",
+                         daemon=True).start()
         host, port = self._server.server_address[:2]
-        log.info("metrics at http://%s:%d/metrics", host, port)
+        log.info("metrics at http://%s:%d/metrics (probes: /healthz, /readyz)", host, port)
         return host, port
 
     def stop(self) -> None:
