@@ -204,11 +204,11 @@ def _weights(experiment_id: str, variants: list[str], settings: ReportSettings
     return dict(configured)
 
 
-def inference_of(settings: ReportSettings) -> Inference:
+def _inference(settings: ReportSettings) -> Inference:
     return Inference(settings.confidence, settings.sequential_tuning, settings.min_units)
 
 
-def judged(found: list[tuple[str, Metric, Comparison]], settings: ReportSettings
+def _judged(found: list[tuple[str, Metric, Comparison]], settings: ReportSettings
            ) -> list[MetricComparison]:
     """The comparisons of one experiment and population, each with its p-value adjusted
     over all of them and whether it is significant by the configured rule."""
@@ -243,7 +243,7 @@ def experiment_report(
     def points(name: str) -> list[Moments]:
         return series[name].points if name in series else [EMPTY] * len(times)
 
-    inference = inference_of(settings)
+    inference = _inference(settings)
     found: list[tuple[str, Metric, Comparison]] = []
     over_time: dict[tuple[str, str], list[Comparison | None]] = {}
     if CONTROL in names:
@@ -260,7 +260,7 @@ def experiment_report(
     return ExperimentReport(
         experiment_id=experiment_id, population=population, final=final, weights=weights,
         srm_p_value=srm, srm_flagged=srm is not None and srm < settings.srm_threshold,
-        variants=variants, comparisons=judged(found, settings), times=times,
+        variants=variants, comparisons=_judged(found, settings), times=times,
         visitors_over_time={v: [m.n for m in points(v)] for v in names},
         comparisons_over_time=over_time,
     )
