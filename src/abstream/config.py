@@ -208,6 +208,8 @@ class MonitorSettings(_Section):
 MetricName = Literal["conversion_rate", "revenue_per_visitor", "bounce_rate",
                      "error_visit_rate", "average_order_value"]
 MetricRole = Literal["primary", "secondary", "guardrail"]
+#: How p-values are adjusted for an experiment's many comparisons.
+Correction = Literal["holm", "bh", "none"]
 
 
 class ReportSettings(_Section):
@@ -227,7 +229,7 @@ class ReportSettings(_Section):
     #: Multiple-comparison correction over every comparison (variant x metric) of an
     #: experiment and population: Holm (family-wise error), Benjamini-Hochberg (false
     #: discovery rate) or none.
-    correction: Literal["holm", "bh", "none"] = "holm"
+    correction: Correction = "holm"
     #: Each metric's role; a metric not named is ``secondary``. A guardrail moving the
     #: wrong way is what the experiment alert rules watch.
     metrics: dict[MetricName, MetricRole] = Field(default_factory=lambda: {

@@ -199,7 +199,7 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.lag = LagCollector(config, clock)
         self.registry.register(self.lag)
-        self.registry.register(ExperimentCollector(Layout.of(config.data_dir).experiment_results))
+        self.registry.register(ExperimentCollector(self.lag.layout.experiment_results))
         self.queries = QueryMetrics(self.registry, {v: table_name(v) for v in
                                                    watched_tables(config).values()})
         self._server: Any = None
@@ -266,7 +266,7 @@ class Exporter:
             return
         try:
             push_to_gateway(gateway, job=job, registry=self.registry,
-                            grouping_key={"data_dir": Layout.of(self.config.data_dir).root})
+                            grouping_key={"data_dir": self.lag.layout.root})
             log.info("pushed metrics to %s", gateway)
         except OSError as exc:
             log.warning("could not push metrics to %s: %s", gateway, exc)

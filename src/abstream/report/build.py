@@ -251,12 +251,12 @@ def experiment_report(
             if name == CONTROL:
                 continue
             for metric in METRICS:
-                result = metric.compare(total[CONTROL], total[name], inference)
-                if result is not None:
-                    found.append((name, metric, result))
-                over_time[(name, metric.name)] = [
-                    metric.compare(c, v, inference)
-                    for c, v in zip(points(CONTROL), points(name), strict=True)]
+                results = [metric.compare(c, v, inference)
+                           for c, v in zip(points(CONTROL), points(name), strict=True)]
+                over_time[(name, metric.name)] = results
+                # The last point is the totals: its comparison is the experiment's.
+                if results and results[-1] is not None:
+                    found.append((name, metric, results[-1]))
     return ExperimentReport(
         experiment_id=experiment_id, population=population, final=final, weights=weights,
         srm_p_value=srm, srm_flagged=srm is not None and srm < settings.srm_threshold,

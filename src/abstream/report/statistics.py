@@ -32,15 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from scipy import stats
+
+from abstream.config import Correction
 
 #: The power at which the minimum detectable effect is worked out.
 POWER = 0.8
 _Z_POWER = float(stats.norm.ppf(POWER))
-
-Correction = Literal["holm", "bh", "none"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +58,11 @@ class Inference:
     @property
     def alpha(self) -> float:
         return 1 - self.confidence
+
+    @property
+    def least_units(self) -> int:
+        """Units a side needs for a comparison: ``min_units``, and never fewer than two."""
+        return max(2, self.min_units)
 
     @property
     def rho2(self) -> float:
@@ -166,7 +170,7 @@ def welch(control: MeanMoments, variant: MeanMoments,
           inference: Inference = Inference()) -> Comparison | None:
     """Means compared with Welch's t-test; None with fewer than ``min_units`` (at least
     two) units on a side."""
-    if min(control.n, variant.n) < max(2, inference.min_units):
+    if min(control.n, variant.n) < inference.least_units:
         return None
     se_c2, se_v2 = control.variance / control.n, variant.variance / variant.n
     se2 = se_c2 + se_v2
@@ -187,7 +191,7 @@ def delta_ratio(control: RatioMoments, variant: RatioMoments,
                 inference: Inference = Inference()) -> Comparison | None:
     """Ratios compared with the delta method (z-test); None with fewer than ``min_units``
     (at least two) units with a denominator on a side."""
-    if min(control.informative, variant.informative) < max(2, inference.min_units) \
+    if min(control.informative, variant.informative) < inference.least_units \
             or control.sum_y == 0 or variant.sum_y == 0:
         return None
     quantile = float(stats.norm.ppf(1 - inference.alpha / 2))
