@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages abstream needs when they are missing.
 #   scripts/install-system-deps.sh run    Java 17 (Spark's JVM)
-#   scripts/install-system-deps.sh test   the same, plus Prometheus, its Pushgateway and
-#                                         Chromium (the HTML report's screenshot test)
+#   scripts/install-system-deps.sh test   the same, plus Prometheus, its Pushgateway,
+#                                         Chromium (the HTML report's screenshot test),
+#                                         systemd-analyze and chattr (the fault tests)
 set -euo pipefail
 
 want=()
@@ -20,6 +21,9 @@ if [ "${1:-run}" = "test" ]; then
   command -v promtool >/dev/null 2>&1 || want+=(prometheus)
   command -v prometheus-pushgateway >/dev/null 2>&1 || want+=(prometheus-pushgateway)
   command -v chromium >/dev/null 2>&1 || want+=(chromium fonts-dejavu-core)
+  # The fault tests: systemd-analyze checks the unit, chattr makes a table read-only.
+  command -v systemd-analyze >/dev/null 2>&1 || want+=(systemd)
+  command -v chattr >/dev/null 2>&1 || want+=(e2fsprogs)
 fi
 
 if [ ${#want[@]} -eq 0 ]; then

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,3 +131,19 @@ def assert_speed_layer_matches_reference(ctx: Context, lines: list[str]) -> None
     assert actual.keys() == expected.keys()
     for key, values in expected.items():
         assert actual[key] == values, key
+
+
+@contextmanager
+def immutable(folder: Path) -> Iterator[Path]:
+    """``folder`` made immutable (``chattr +i``: nothing can be created, renamed or deleted
+    in it, even by root) for the block; skips the test where the file system or the user
+    cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True,
+                          check=False)
+    if done.returncode:
+        pytest.skip(f"cannot make {folder} immutable here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)

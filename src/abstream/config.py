@@ -179,6 +179,26 @@ class ArchiveSettings(_Section):
     max_offsets_per_trigger: int = Field(default=200_000, gt=0)
 
 
+class RunSettings(_Section):
+    """``abstream run``: how a component whose query fails is restarted."""
+
+    #: Restarts of one component allowed within ``restart_window``; one failure more ends
+    #: the run (0: the first failure does).
+    max_restarts: int = Field(default=5, ge=0)
+    restart_window: Duration = timedelta(minutes=30)
+    #: The pause before the first restart; it doubles with each failure in the window.
+    restart_backoff: Duration = timedelta(seconds=2)
+    restart_backoff_max: Duration = timedelta(minutes=1)
+
+    @model_validator(mode="after")
+    def _positive(self) -> RunSettings:
+        if self.restart_window <= timedelta(0):
+            raise ValueError("restart_window must be positive")
+        if self.restart_backoff_max < self.restart_backoff:
+            raise ValueError("restart_backoff_max must not be below restart_backoff")
+        return self
+
+
 class MonitoredComponentSettings(_Section):
     """A streaming query to watch: its checkpoint and one source it reads."""
 
@@ -263,6 +283,7 @@ class Config(_Section):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    run: RunSettings = Field(default_factory=RunSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
 

@@ -1,5 +1,9 @@
 """The one root exception type; every user-facing error is an ``AbstreamError``."""
 
+from __future__ import annotations
+
+import re
+
 
 class AbstreamError(Exception):
     """An error a user can act on; the CLI prints its message as one line."""
@@ -19,13 +23,43 @@ class UsageError(AbstreamError):
     exit_code = 2
 
 
+class Interrupted(AbstreamError):
+    """The user asked to stop (Ctrl-C, SIGTERM) before the work was done."""
+
+    exit_code = 130
+
+
+class ComponentFailed(AbstreamError):
+    """A component's query failed and is not restarted again: its cause is permanent, or
+    it failed ``failures`` times within the restart window."""
+
+    def __init__(self, component: str, cause: BaseException, failures: int = 1) -> None:
+        self.component, self.cause, self.failures = component, cause, failures
+        times = f" {failures} times in a row" if failures > 1 else ""
+        super().__init__(f"{component} failed{times}: {root_cause(cause)}")
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-blank line of an exception's message (Java errors carry pages)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
 
-class Interrupted(AbstreamError):
-    """The user asked to stop (Ctrl-C, SIGTERM) before the work was done."""
+#: A line naming an exception and its message: ``java.io.IOException: No space left``,
+#: ``Caused by: ...``, ``: java...`` (py4j's form) or ``abstream.errors.UsageError: ...``.
+_RAISED = re.compile(r"^(?:Caused by: |: )?(?:[\w$]+\.)*(?P<name>[\w$]*(?:Exception|Error)): "
+                     r"(?P<message>.+)$")
+#: Exceptions that only wrap the one that matters: a query that failed, a call into the
+#: JVM or into Python's foreachBatch function that raised.
+_WRAPPERS = ("StreamingQueryException", "Py4JJavaError", "Py4JException",
+             "ForeachBatchUserFuncException", "SparkException", "ExecutionException")
 
-    exit_code = 130
+
+def root_cause(exc: BaseException) -> str:
+    """The line of a (Spark, Java, Python) error that says what went wrong: the first
+    exception named in its text that does not merely wrap another, without its package."""
+    for line in str(exc).splitlines():
+        found = _RAISED.match(line.strip())
+        if found and found["name"] not in _WRAPPERS:
+            return f"{found['name']}: {found['message'].strip()}"
+    return first_line(exc)

@@ -1,42 +1,44 @@
 """Running components: to completion (AvailableNow, in pipeline order) or until stopped.
 
 A continuous run stops gracefully: when asked to stop, each query finishes the micro-batch
-it is in, then stops. Whatever happens, a restart resumes from the checkpoints, and the
-idempotent sinks make a replayed micro-batch change nothing.
+it is in, then stops. A component whose query fails is started again (``supervision``).
+Whatever happens, a restart resumes from the checkpoints, and the idempotent sinks make a
+replayed micro-batch change nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from pyspark.errors import StreamingQueryException
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql.streaming import StreamingQuery
 
 from abstream.components import Component, Context
 from abstream.config import Config
-from abstream.errors import AbstreamError, Interrupted, first_line
+from abstream.errors import AbstreamError, Interrupted
 from abstream.layout import Layout
 from abstream.monitor.exporter import Exporter
 from abstream.progress import ProgressListener, RunStats
 from abstream.spark import session_conf, spark_session
+from abstream.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 300.0
 ADAPTIVE = "spark.sql.adaptive.enabled"
+#: What a query that failed, or could not start, raises.
+SPARK_ERRORS = (PySparkException, Py4JError)
 
 
 def _start(ctx: Context, component: Component, once: bool) -> StreamingQuery:
     return component.start(ctx, once).start()
-
-
-def _failure(component: str, exc: BaseException) -> AbstreamError:
-    return AbstreamError(f"{component} failed: {first_line(exc)}")
 
 
 @contextmanager
@@ -57,25 +59,37 @@ def pipeline(config: Config, exporter: Exporter | None = None) -> Iterator[Conte
 def run_once(ctx: Context, components: Sequence[Component],
              stop: threading.Event | None = None) -> None:
     """Process all available input, component after component (so each sees the last's
-    output), then return."""
+    output), then return. A component that fails is started again as ``run.*`` allows."""
+    stop = stop if stop is not None else threading.Event()
+    supervisor = Supervisor(ctx.config.run)
     for component in components:
         began = time.monotonic()
         log.info("%s: %s, all available input", component.name,
                  component.describe(ctx.config))
-        query = _start(ctx, component, once=True)
-        try:
-            while not query.awaitTermination(POLL_SECONDS):
-                if stop is not None and stop.is_set():
-                    _stop_gracefully([query])
-                    raise Interrupted(f"stopped during {component.name}; run again to resume")
-        except StreamingQueryException as exc:
-            raise _failure(component.name, exc) from exc
+        while isinstance(query := _until_done(ctx, component, stop), Exception):
+            if stop.wait(supervisor.failed(component.name, query)):
+                raise Interrupted(f"stopped during {component.name}; run again to resume")
         last = query.lastProgress
         # Only a trigger that ran a micro-batch posts its progress to the listener; one
         # that found no new input reports a batch id it never ran.
         if last is not None and "addBatch" in last["durationMs"]:
             ctx.stats.wait_for_batch(str(query.runId), int(last["batchId"]))
         log.info("%s: done in %.1f s", component.name, time.monotonic() - began)
+
+
+def _until_done(ctx: Context, component: Component,
+                stop: threading.Event) -> StreamingQuery | Exception:
+    """Run ``component`` over all available input: its query when it ended, its error when
+    it failed."""
+    try:
+        query = _start(ctx, component, once=True)
+        while not query.awaitTermination(POLL_SECONDS):
+            if stop.is_set():
+                _stop_gracefully([query])
+                raise Interrupted(f"stopped during {component.name}; run again to resume")
+    except SPARK_ERRORS as exc:
+        return exc
+    return query
 
 
 def run_continuously(ctx: Context, components: Sequence[Component],
@@ -95,16 +109,28 @@ def continuous_conf(config: Config) -> dict[str, str]:
 
 def _run_side_by_side(ctx: Context, components: Sequence[Component],
                       stop: threading.Event) -> None:
+    supervisor = Supervisor(ctx.config.run)
     queries: dict[str, StreamingQuery] = {}
+    starts = dict.fromkeys((c.name for c in components), time.monotonic())
     try:
-        for component in components:
-            queries[component.name] = _start(ctx, component, once=False)
-            log.info("%s: %s", component.name, component.describe(ctx.config))
         while not stop.is_set():
-            for name, query in queries.items():
+            for name, query in list(queries.items()):
                 if not query.isActive:
                     error = query.exception()
-                    raise _failure(name, error) if error else AbstreamError(f"{name} stopped")
+                    if error is None:
+                        raise AbstreamError(f"{name} stopped")
+                    del queries[name]
+                    starts[name] = time.monotonic() + supervisor.failed(name, error)
+            for component in components:
+                if starts.get(component.name, math.inf) <= time.monotonic():
+                    del starts[component.name]
+                    try:
+                        queries[component.name] = _start(ctx, component, once=False)
+                    except SPARK_ERRORS as exc:
+                        starts[component.name] = (time.monotonic()
+                                                  + supervisor.failed(component.name, exc))
+                        continue
+                    log.info("%s: %s", component.name, component.describe(ctx.config))
             stop.wait(POLL_SECONDS)
         log.info("stopping after the current micro-batches")
     finally:

@@ -11,6 +11,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.config import Config
 from abstream.durations import spark_interval
+from abstream.io.checkpoints import prepare_checkpoint
 from abstream.io.sinks import writer_id
 from abstream.layout import Layout
 from abstream.progress import RunStats
@@ -59,6 +60,9 @@ class Component:
     schedule: Schedule | None = None
 
     def start(self, ctx: Context, once: bool) -> DataStreamWriter:
+        prepare_checkpoint(ctx.spark, self.name, ctx.layout.checkpoint(self.name),
+                           [getattr(ctx.layout, name) for name in self.writes
+                            if not name.startswith(TOPIC)])
         writer = self.build(ctx)
         if self.schedule is not None:
             return self.schedule(writer, ctx, once)

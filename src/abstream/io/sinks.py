@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from delta.tables import DeltaTable
@@ -76,6 +76,19 @@ class AppendOnce:
 
 def last_batch_written(spark: SparkSession, path: str, writer_id: str) -> int | None:
     """The latest micro-batch ``writer_id`` committed to the table, None if none."""
+    found = _newest_marker(spark, path, lambda writer: writer == writer_id)
+    return None if found is None else found[1]
+
+
+def last_writer(spark: SparkSession, path: str, prefix: str) -> str | None:
+    """The writer of the newest commit to the table by a writer named ``prefix...``."""
+    found = _newest_marker(spark, path, lambda writer: writer.startswith(prefix))
+    return None if found is None else found[0]
+
+
+def _newest_marker(spark: SparkSession, path: str,
+                   wanted: Callable[[str], bool]) -> tuple[str, int] | None:
+    """(writer, batch) of the newest commit whose writer is ``wanted``, None if none."""
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     table = DeltaTable.forPath(spark, path)
@@ -84,8 +97,8 @@ def last_batch_written(spark: SparkSession, path: str, writer_id: str) -> int | 
         history = table.history().select("userMetadata").collect()
     for row in history:
         marker = _batch_marker(row["userMetadata"])
-        if marker is not None and marker[0] == writer_id:
-            return marker[1]
+        if marker is not None and wanted(marker[0]):
+            return marker
     return None
 
 

@@ -1,0 +1,94 @@
+"""A component's checkpoint made safe to resume from before its query starts.
+
+Two kinds of damage are mended, and anything else is refused with one line:
+
+- A torn last entry of ``offsets/`` or ``commits/`` (a crash or a full disk mid-write on a
+  store without atomic renames) is set aside as ``N.torn``: a torn plan is planned again,
+  a torn commit replays its micro-batch, which the idempotent sinks skip. A torn entry with
+  later ones after it is not the last write and is refused.
+- A missing ``metadata`` file would make Spark start the query under a new id, and with it
+  a new writer identity (``sinks.writer_id``): the replay of a micro-batch already written
+  would be written again. The id is restored from the newest commit the component made to
+  its output tables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+
+from abstream.errors import UsageError
+from abstream.io.sinks import last_writer
+from abstream.lag.storage import Storage
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"^v\d+$")
+
+
+def prepare_checkpoint(spark: SparkSession, component: str, location: str,
+                       outputs: Sequence[str]) -> None:
+    """Mend or refuse ``component``'s checkpoint at ``location``; ``outputs`` are the
+    Delta tables it writes."""
+    storage = Storage(location)
+    _set_aside_torn_entry(storage, component, "commits")
+    planned = _set_aside_torn_entry(storage, component, "offsets")
+    if planned and storage.entry(storage.path("metadata")) is None:
+        _restore_identity(spark, storage, component, outputs)
+
+
+def _set_aside_torn_entry(storage: Storage, component: str, kind: str) -> bool:
+    """Whether the log has entries once a torn last one is set aside."""
+    entries = sorted((int(e.name), e.path) for e in storage.list(storage.path(kind))
+                     if e.name.isdigit())
+    if not entries:
+        return False
+    batch, path = entries[-1]
+    previous = storage.read_text(entries[-2][1]) if len(entries) > 1 else None
+    if _is_whole(storage.read_text(path), previous if kind == "offsets" else None):
+        return True
+    if kind == "offsets" and storage.entry(storage.path("commits", str(batch))) is not None:
+        raise UsageError(f"{component}: checkpoint entry {path} is damaged, yet its "
+                         f"micro-batch was committed; restore the checkpoint from a backup, "
+                         f"or delete {storage.root} to process all input again")
+    storage.fs.move(path, storage.path(kind, f"{batch}.torn"))
+    log.warning("%s: %s/%d was torn (an interrupted write); set aside as %d.torn, the "
+                "micro-batch runs again", component, kind, batch, batch)
+    return len(entries) > 1
+
+
+def _is_whole(text: str, previous: str | None) -> bool:
+    """Whether a log entry is complete: a version line, then JSON lines (``-`` for a source
+    without an offset), as many as the ``previous`` entry has where it is given."""
+    lines = text.split("\n")
+    if previous is not None and len(lines) != len(previous.split("\n")):
+        return False
+    if len(lines) < 2 or not _VERSION.match(lines[0]):
+        return False
+    try:
+        for line in lines[1:]:
+            if line.strip() != "-" and not line.endswith(":-"):
+                json.loads(line[line.index("{"):] if "{" in line else line)
+    except ValueError:
+        return False
+    return True
+
+
+def _restore_identity(spark: SparkSession, storage: Storage, component: str,
+                      outputs: Sequence[str]) -> None:
+    writer = next((w for path in outputs
+                   if (w := last_writer(spark, path, f"abstream-{component}-"))), None)
+    if writer is None:
+        log.warning("%s: checkpoint %s has no metadata file and nothing of it was written "
+                    "yet; its query starts under a new id", component, storage.root)
+        return
+    query_id = writer.removeprefix(f"abstream-{component}-")
+    with storage.fs.open_output_stream(storage.path("metadata")) as stream:
+        stream.write(json.dumps({"id": query_id}).encode() + b"\n")
+    log.warning("%s: checkpoint %s had no metadata file; restored its query id %s from its "
+                "last write, so replayed micro-batches are not written twice", component,
+                storage.root, query_id)

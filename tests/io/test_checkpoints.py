@@ -1,0 +1,83 @@
+"""A checkpoint with a torn last entry or without its metadata file resumes, and nothing is
+written twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from abstream.components import COMPONENTS
+from abstream.errors import UsageError
+from abstream.io.checkpoints import prepare_checkpoint
+from abstream.io.tables import EVENTS_TABLE, read_table
+from abstream.runner import run_once
+from tests.helpers import beacon, dumps, forget_commits_after, write_lines
+
+TS = "2026-01-05T10:00:00.000Z"
+INGEST = [COMPONENTS["ingest"]]
+
+
+def _land(ctx, name: str, count: int) -> None:
+    write_lines(Path(ctx.layout.landing), f"{name}.jsonl",
+                [dumps(beacon(f"{name}{i}", TS)) for i in range(count)])
+
+
+def _two_batches(ctx) -> Path:
+    """Ingest has committed batches 0 (3 events) and 1 (2 events)."""
+    _land(ctx, "a", 3)
+    run_once(ctx, INGEST)
+    _land(ctx, "b", 2)
+    run_once(ctx, INGEST)
+    return Path(ctx.layout.checkpoint("ingest"))
+
+
+def _bronze(ctx) -> int:
+    return read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count()
+
+
+def test_without_its_metadata_file_a_query_keeps_its_identity_and_writes_nothing_twice(ctx):
+    checkpoint = _two_batches(ctx)
+    identity = json.loads((checkpoint / "metadata").read_text())["id"]
+    # A crash after batch 1 was written but before Spark committed it, and the metadata
+    # file lost: Spark would replay batch 1 under a new query id.
+    forget_commits_after(checkpoint, 0)
+    (checkpoint / "metadata").unlink()
+    run_once(ctx, INGEST)
+    assert json.loads((checkpoint / "metadata").read_text())["id"] == identity
+    assert _bronze(ctx) == 5, "the replayed batch was not appended again"
+
+
+def test_a_torn_last_commit_is_set_aside_and_its_batch_replayed_once(ctx):
+    checkpoint = _two_batches(ctx)
+    commit = checkpoint / "commits" / "1"
+    commit.write_text(commit.read_text()[:6])
+    run_once(ctx, INGEST)
+    assert (checkpoint / "commits" / "1.torn").exists()
+    assert json.loads(commit.read_text().split("\n")[1]), "batch 1 committed again"
+    assert _bronze(ctx) == 5
+
+
+def test_a_torn_last_plan_is_set_aside_and_planned_again(ctx):
+    checkpoint = _two_batches(ctx)
+    _land(ctx, "c", 4)
+    whole = (checkpoint / "offsets" / "1").read_text()
+    (checkpoint / "offsets" / "2").write_text(whole[: len(whole) // 2])
+    run_once(ctx, INGEST)
+    assert (checkpoint / "offsets" / "2.torn").exists()
+    assert (checkpoint / "commits" / "2").exists()
+    assert _bronze(ctx) == 9
+
+
+def test_a_damaged_plan_of_a_committed_batch_is_refused_with_one_line(spark, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    for kind, text in (("offsets", 'v1\n{"batchWatermarkMs":0}\n{"logOffset":0}'),
+                       ("commits", 'v1\n{"nextBatchWatermarkMs":0}')):
+        (checkpoint / kind).mkdir(parents=True)
+        (checkpoint / kind / "0").write_text(text)
+    (checkpoint / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (checkpoint / "offsets" / "1").write_text('v1\n{"batchWat')
+    with pytest.raises(UsageError, match=r"^ingest: checkpoint entry .*/offsets/1 is damaged, "
+                                         r"yet its micro-batch was committed; restore"):
+        prepare_checkpoint(spark, "ingest", str(checkpoint), [])

@@ -1,0 +1,144 @@
+"""Faults of the machine and of its operators: each ends in one clear line or a recovery,
+and once its cause is gone the tables equal a run that never met it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from abstream.components import COMPONENTS, pipeline_components
+from abstream.errors import ComponentFailed
+from abstream.generator import GeneratorSettings, generate
+from abstream.layout import Layout
+from abstream.runner import run_continuously, run_once
+from tests.helpers import (
+    assert_speed_layer_matches_reference,
+    landing_records,
+    reconfigure,
+    wait_until,
+)
+
+INGEST, SESSIONIZE = COMPONENTS["ingest"], COMPONENTS["sessionize"]
+QUICK = timedelta(milliseconds=100)
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "16m") -> Iterator[Path]:
+    """A file system of ``size`` mounted at ``folder`` (tmpfs) for the block; skips the test
+    where this machine does not allow mounting."""
+    folder.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def _fill(disk: Path) -> Path:
+    """A file that takes all the room left on ``disk``."""
+    filler = disk / "filler"
+    block = b"\0" * (1 << 16)
+    with filler.open("wb") as out:
+        try:
+            while True:
+                out.write(block)
+                out.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def _generated(ctx, events: int, seed: int) -> list[str]:
+    landing = Path(ctx.layout.landing)
+    generate(GeneratorSettings(events=events, seed=seed, late_rate=0.0, file_events=events // 2),
+             landing)
+    return landing_records(landing)
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_once_freed_nothing_is_lost(ctx, tmp_path):
+    with small_disk(tmp_path / "disk") as disk:
+        ctx = replace(ctx, config=ctx.config.with_data_dir(disk / "data"),
+                      layout=Layout.of(disk / "data"))
+        ctx = reconfigure(ctx, "run", max_restarts=1, restart_backoff=QUICK)
+        lines = _generated(ctx, 3_000, seed=21)
+        filler = _fill(disk)
+        with pytest.raises(ComponentFailed) as failed:
+            run_once(ctx, [INGEST])
+        assert failed.value.component == "ingest"
+        assert str(failed.value).startswith("ingest failed 2 times in a row: ")
+        assert str(failed.value).endswith("No space left on device")
+        filler.unlink()
+        run_once(ctx, pipeline_components(ctx.config))
+        assert_speed_layer_matches_reference(ctx, lines)
+
+
+def test_a_source_table_deleted_under_a_running_component_is_one_line(ctx):
+    lines = _generated(ctx, 2_000, seed=22)
+    run_once(ctx, [INGEST, SESSIONIZE])
+    ctx = reconfigure(reconfigure(ctx, "run", max_restarts=1, restart_backoff=QUICK),
+                      "sessionize", trigger=QUICK)
+    bronze, away = Path(ctx.layout.events), Path(ctx.layout.root) / "events-moved-away"
+    stop, ended = threading.Event(), []
+
+    def run() -> None:
+        try:
+            run_continuously(ctx, [SESSIONIZE], stop)
+        except ComponentFailed as exc:
+            ended.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        wait_until(lambda: any(q.name == "sessionize" for q in ctx.spark.streams.active),
+                   "sessionize to run", timeout=300)
+        bronze.rename(away)
+        runner.join(timeout=300)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert [e.component for e in ended] == ["sessionize"]
+    assert "\n" not in str(ended[0])
+    assert str(ended[0]).startswith("sessionize failed 2 times in a row: ")
+    away.rename(bronze)
+    run_once(ctx, [INGEST, SESSIONIZE])
+    assert_speed_layer_matches_reference(ctx, lines)
+
+
+def test_a_removed_landing_folder_is_made_again_and_later_files_are_ingested(ctx):
+    ctx = reconfigure(reconfigure(ctx, "run", restart_backoff=QUICK), "ingest", trigger=QUICK)
+    landing = Path(ctx.layout.landing)
+    first = _generated(ctx, 1_000, seed=23)
+    stop, errors = threading.Event(), []
+
+    def run() -> None:
+        try:
+            run_continuously(ctx, [INGEST], stop)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        ingested = ctx.stats.component("ingest")
+        wait_until(lambda: ingested.input_rows >= len(first), "the first files", timeout=300)
+        shutil.rmtree(landing)
+        later = _generated(ctx, 1_000, seed=24)
+        wait_until(lambda: ingested.input_rows >= len(first) + len(later),
+                   "the files landed in the new folder", timeout=300)
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not errors
+    run_once(ctx, [SESSIONIZE])
+    assert_speed_layer_matches_reference(ctx, first + later)
