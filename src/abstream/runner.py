@@ -36,6 +36,7 @@ def _start(ctx: Context, component: Component, once: bool) -> StreamingQuery:
 
 
 def _failure(component: str, exc: BaseException) -> AbstreamError:
+    log.debug("%s failed", component, exc_info=exc)
     return AbstreamError(f"{component} failed: {first_line(exc)}")
 
 
