@@ -198,9 +198,9 @@ class KafkaSettings(_Section):
 
     def spark_kafka_options(self) -> dict[str, str]:
         """The ``kafka.*`` options of Spark's Kafka source and sink, credentials revealed."""
-        return {f"kafka.{name}": value for name, value in {
-            "bootstrap.servers": self.bootstrap_servers,
-            **_revealed(self.options), **_revealed(self.spark_options)}.items()}
+        properties = {"bootstrap.servers": self.bootstrap_servers,
+                      **_revealed(self.options), **_revealed(self.spark_options)}
+        return {f"kafka.{name}": value for name, value in properties.items()}
 
     def client_properties(self) -> dict[str, str]:
         """The properties of a librdkafka client, credentials revealed."""

@@ -68,7 +68,8 @@ def test_validate_generator_and_lag_monitor_work_over_sasl_and_log_no_password(
     assert SASL_PASSWORD not in caplog.text
 
 
-def test_a_wrong_password_is_one_line_without_the_password(ctx, kafka_broker):
+def test_a_wrong_password_is_one_line_without_the_password(ctx, kafka_broker, caplog):
+    caplog.set_level(logging.DEBUG, logger="abstream")
     wrong = "Wrong-Passw0rd"
     clients = sasl_context(ctx, kafka_broker, "sasl-wrong", password=wrong).config.kafka
     began = time.monotonic()
@@ -85,6 +86,8 @@ def test_a_wrong_password_is_one_line_without_the_password(ctx, kafka_broker):
     assert re.fullmatch(r"validate failed: .*SaslAuthenticationException: Authentication "
                         r"failed: Invalid username or password.*", str(caught.value))
     assert wrong not in str(caught.value) and SASL_PASSWORD not in str(caught.value)
+    assert "SaslAuthenticationException" in caplog.text, "the whole failure, at DEBUG"
+    assert wrong not in caplog.text and SASL_PASSWORD not in caplog.text
 
 
 def _abstream(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -169,9 +169,8 @@ class _Topic(_Paced):
                  rate: float | None, progress: Callable[[int], None] | None) -> None:
         super().__init__(per_batch, rate, progress)
         self.topic = topic
-        self.client_log = ClientLog()
-        self.producer = producer(kafka, self.client_log, **{"linger.ms": 5,
-                                                            "enable.idempotence": True})
+        self.producer = producer(kafka, ClientLog(), **{"linger.ms": 5,
+                                                        "enable.idempotence": True})
 
     def emit(self, lines: list[str]) -> None:
         for line in lines:
@@ -186,9 +185,7 @@ class _Topic(_Paced):
     def close(self) -> None:
         super().close()
         if self.producer.flush(60) > 0:
-            failure = self.client_log.failure
-            raise UsageError(f"could not deliver every beacon to Kafka topic {self.topic!r}"
-                             + (f": {failure}" if failure else ""))
+            raise UsageError(f"could not deliver every beacon to Kafka topic {self.topic!r}")
 
 
 def generate(settings: GeneratorSettings, landing: Path,
