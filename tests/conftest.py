@@ -14,6 +14,7 @@ from abstream.layout import Layout
 from abstream.progress import ProgressListener, RunStats
 from abstream.spark import spark_session
 from tests.helpers import make_config
+from tests.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
 
@@ -41,10 +42,12 @@ def ctx(spark: SparkSession, tmp_path: Path) -> Iterator[Context]:
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """One real single-node Kafka broker on loopback for the whole test session."""
+    """One real single-node Kafka broker on loopback for the whole test session, with a
+    SASL_PLAINTEXT listener (PLAIN) for the user ``SASL_USER``."""
     broker = LocalBroker(tmp_path_factory.mktemp("kafka"),
                          make_config(Path("unused")).kafka.local.jars_cache,
-                         port=free_port(), controller_port=free_port())
+                         port=free_port(), controller_port=free_port(),
+                         sasl_port=free_port(), sasl_users={SASL_USER: SASL_PASSWORD})
     broker.start()
     yield broker
     broker.stop()

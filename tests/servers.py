@@ -3,7 +3,10 @@ free loopback ports."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -117,3 +120,50 @@ def _wait_for_workers(url: str, workers: int, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{workers} Spark workers did not register in {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def listening_addresses(pid: int) -> set[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address,
+                                               int]]:
+    """The TCP addresses and ports that a process and its descendants listen on (Linux)."""
+    pids = _descendants(pid) | {pid}
+    inodes = set()
+    for each in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{each}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                address, port = local.split(":")
+                found.add((_proc_address(address), int(port, 16)))
+    return found
+
+
+def _proc_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """/proc/net/tcp writes addresses as 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(text)
+    return ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+
+
+def is_loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found

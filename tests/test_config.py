@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 import pytest
@@ -108,3 +109,70 @@ def test_the_validation_stage_is_configured_under_its_own_name():
         load_config(environ={"ABSTREAM__VALIDATE__MODE": "fast"})
     with pytest.raises(ConfigError, match="at least 5 seconds"):
         load_config(environ={"ABSTREAM__VALIDATE__REALTIME_CHECKPOINT_INTERVAL": "1 second"})
+
+
+SECRET = "pa$$-0x1F: {hunter2"
+
+
+def test_kafka_properties_reach_each_engine_under_its_own_names(tmp_path):
+    path = tmp_path / "abstream.yaml"
+    path.write_text(
+        "kafka:\n"
+        "  bootstrap_servers: broker:9093\n"
+        "  options: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN}\n"
+        "  spark_options:\n"
+        "    ssl.truststore.location: /etc/kafka/truststore.jks\n"
+        "    sasl.jaas.config: org.apache.kafka.common.security.plain.PlainLoginModule"
+        " required username=\"abstream\" password=\"${KAFKA_PASSWORD}\";\n"
+        "  client_options: {sasl.username: abstream, sasl.password: '${KAFKA_PASSWORD}',"
+        " ssl.ca.location: /etc/kafka/ca.pem, note: '$${NOT_A_REFERENCE}'}\n")
+    kafka = load_config(path, environ={"KAFKA_PASSWORD": SECRET}).kafka
+    assert kafka.spark_kafka_options() == {
+        "kafka.bootstrap.servers": "broker:9093",
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+        "kafka.ssl.truststore.location": "/etc/kafka/truststore.jks",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+                                  f"required username=\"abstream\" password=\"{SECRET}\";"}
+    assert kafka.client_properties() == {
+        "bootstrap.servers": "broker:9093",
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        "sasl.username": "abstream", "sasl.password": SECRET,
+        "ssl.ca.location": "/etc/kafka/ca.pem", "note": "${NOT_A_REFERENCE}"}
+    assert SECRET not in repr(kafka) and SECRET not in str(kafka.model_dump())
+
+
+def test_a_kafka_property_from_the_environment_is_taken_as_it_is():
+    kafka = load_config(environ={
+        "ABSTREAM__KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "ABSTREAM__KAFKA__CLIENT_OPTIONS__SASL_PASSWORD": SECRET,
+        "ABSTREAM__KAFKA__SPARK_OPTIONS": "{ssl.truststore.type: PKCS12}"}).kafka
+    assert kafka.client_properties()["security.protocol"] == "SASL_PLAINTEXT"
+    assert kafka.client_properties()["sasl.password"] == SECRET
+    assert kafka.spark_kafka_options()["kafka.ssl.truststore.type"] == "PKCS12"
+
+
+@pytest.mark.parametrize(("environ", "file", "message"), [
+    ({}, "kafka: {client_options: {sasl.password: '${KAFKA_PASSWORD}'}}",
+     r"^config: kafka.client_options.sasl.password: environment variable KAFKA_PASSWORD is "
+     r"not set \[in .*abstream.yaml\]$"),
+    ({"ABSTREAM__KAFKA__CLIENT_OPTIONS": "hunter2"}, "",
+     r"^config: kafka.client_options: Input should be a valid dictionary "
+     r"\[from \$ABSTREAM__KAFKA__CLIENT_OPTIONS\]$"),
+    ({"ABSTREAM__KAFKA__SPARK_OPTIONS": "{sasl.jaas.config: " + SECRET}, "",
+     r"^\$ABSTREAM__KAFKA__SPARK_OPTIONS: value is not valid YAML$"),
+    ({"ABSTREAM__SPARK__CONF__spark.ssl.keyPassword": f"[{SECRET}"}, "",
+     r"^\$ABSTREAM__SPARK__CONF__spark.ssl.keyPassword: value is not valid YAML$"),
+    ({}, "kafka: {spark_options: {kafka.sasl.jaas.config: x}}",
+     r"^config: kafka.spark_options: kafka.sasl.jaas.config: give the client property "
+     r"without 'kafka.' \[in .*\]$"),
+    ({}, "kafka: {options: {bootstrap.servers: x}}",
+     r"^config: kafka.options: set the brokers in kafka.bootstrap_servers \[in .*\]$"),
+])
+def test_a_config_error_names_the_key_and_never_shows_a_credential(tmp_path, environ, file,
+                                                                     message):
+    path = tmp_path / "abstream.yaml"
+    path.write_text(file)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=environ)
+    assert re.match(message, str(caught.value)), str(caught.value)
+    assert SECRET not in str(caught.value) and "hunter2" not in str(caught.value)

@@ -30,3 +30,16 @@ def test_generated_code_outlives_more_stages_than_sparks_default_cache_holds(spa
     for plan in range(120):
         compiles(plan)
     assert compiles(-1) == 0
+
+
+def test_spark_redacts_the_kafka_clients_jaas_setting(spark: SparkSession):
+    """What the UI, the event log and plan descriptions show of a query's options."""
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required ' \
+        'username="abstream" ticket="Not-Shown-1";'
+    options = spark._jvm.java.util.HashMap()
+    options.put("kafka.sasl.jaas.config", jaas)
+    options.put("kafka.security.protocol", "SASL_SSL")
+    scala_options = spark._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(options)
+    shown = spark._jsparkSession.sessionState().conf().redactOptions(scala_options).toString()
+    assert "Not-Shown-1" not in shown
+    assert "SASL_SSL" in shown

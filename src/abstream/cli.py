@@ -237,9 +237,8 @@ def _cmd_generate(args: argparse.Namespace, config: Config) -> int:
     log.info("writing %s records into %s%s", f"{args.events:,}", target,
              f" at {args.rate:,.0f}/s" if args.rate else "")
     if args.to == "kafka":
-        ensure_topics(config.kafka.bootstrap_servers, [topic], config.kafka.partitions)
-        summary = generate_to_kafka(settings, config.kafka.bootstrap_servers, topic,
-                                    _log_written)
+        ensure_topics(config.kafka, [topic], config.kafka.partitions)
+        summary = generate_to_kafka(settings, config.kafka, topic, _log_written)
     else:
         summary = generate(settings, landing, _log_written)
     if args.json:
@@ -395,8 +394,7 @@ def _cmd_lag(args: argparse.Namespace, config: Config) -> int:
     from abstream.lag import LagMonitor
     from abstream.monitor.targets import monitored_sources
 
-    monitor = LagMonitor(monitored_sources(config),
-                         kafka_bootstrap_servers=config.kafka.bootstrap_servers)
+    monitor = LagMonitor(monitored_sources(config), kafka=config.kafka)
     try:
         rows = monitor.rows()
     finally:

@@ -2,19 +2,31 @@
 
 Environment variables name a key path with double underscores: ``ABSTREAM__SPARK__MASTER``
 sets ``spark.master``; ``ABSTREAM__DATA_DIR`` sets ``data_dir``. Values are read as YAML, so
-``8`` is a number, ``true`` a boolean and ``{a: 1}`` a mapping.
+``8`` is a number, ``true`` a boolean and ``{a: 1}`` a mapping. A value in the file may
+reference an environment variable as ``${NAME}`` (``$${`` for a literal ``${``), so the file
+can be shared without the secrets it uses.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from abstream.durations import parse_duration
 from abstream.errors import ConfigError
@@ -46,6 +58,24 @@ def _spark_conf_value(value: object) -> str:
 SparkConfValue = Annotated[str, BeforeValidator(_spark_conf_value)]
 
 
+def _kafka_option_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ValueError("Kafka client properties are scalars")
+
+
+#: A Kafka client property's value: any of them may be a credential, so none is shown.
+KafkaOptionValue = Annotated[SecretStr, BeforeValidator(_kafka_option_value)]
+
+#: The maps of Kafka client properties under ``kafka``.
+KAFKA_OPTION_MAPS = ("options", "spark_options", "client_options")
+
+#: Setting names whose values are credentials: never shown in messages.
+SECRET_NAME = re.compile(r"password|secret|jaas|token|key", re.IGNORECASE)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -60,6 +90,8 @@ class SparkSettings(_Section):
 
     master: str = "local[2]"
     app_name: str = "abstream"
+    #: Where a local-mode driver listens (its RPC, block manager and UI ports).
+    bind_address: str = Field(default="127.0.0.1", min_length=1)
     conf: dict[str, SparkConfValue] = Field(default_factory=dict)
     packages: list[str] = Field(default_factory=lambda: [DELTA_PACKAGE, KAFKA_PACKAGE])
     manage_jars: bool = True
@@ -144,7 +176,40 @@ class KafkaSettings(_Section):
     rejected_topic: str = Field(default="beacons.rejected", min_length=1)
     #: Partitions of the topics abstream creates when they are missing.
     partitions: int = Field(default=1, ge=1)
+    #: Client properties both engines name alike (``security.protocol``, ``sasl.mechanism``).
+    options: dict[str, KafkaOptionValue] = Field(default_factory=dict)
+    #: Properties of the Java client in Spark's Kafka source and sink only
+    #: (``sasl.jaas.config``, ``ssl.truststore.location``, ...), given as ``kafka.<name>``.
+    spark_options: dict[str, KafkaOptionValue] = Field(default_factory=dict)
+    #: Properties of abstream's own Python clients (librdkafka) only
+    #: (``sasl.username``, ``sasl.password``, ``ssl.ca.location``, ...).
+    client_options: dict[str, KafkaOptionValue] = Field(default_factory=dict)
     local: LocalKafkaSettings = Field(default_factory=LocalKafkaSettings)
+
+    @field_validator(*KAFKA_OPTION_MAPS)
+    @classmethod
+    def _property_names(cls, options: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name in options:
+            if name.startswith("kafka."):
+                raise ValueError(f"{name}: give the client property without 'kafka.'")
+            if name == "bootstrap.servers":
+                raise ValueError("set the brokers in kafka.bootstrap_servers")
+        return options
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """The ``kafka.*`` options of Spark's Kafka source and sink, credentials revealed."""
+        properties = {"bootstrap.servers": self.bootstrap_servers,
+                      **_revealed(self.options), **_revealed(self.spark_options)}
+        return {f"kafka.{name}": value for name, value in properties.items()}
+
+    def client_properties(self) -> dict[str, str]:
+        """The properties of a librdkafka client, credentials revealed."""
+        return {"bootstrap.servers": self.bootstrap_servers, **_revealed(self.options),
+                **_revealed(self.client_options)}
+
+
+def _revealed(options: dict[str, SecretStr]) -> dict[str, str]:
+    return {name: value.get_secret_value() for name, value in options.items()}
 
 
 class ValidateSettings(_Section):
@@ -299,13 +364,15 @@ def load_config(
     """Defaults < YAML file < environment < ``data_dir`` argument (the CLI's --data-dir)."""
     raw: dict[str, Any] = {}
     origins: dict[tuple[str, ...], str] = {}
+    environ = environ if environ is not None else os.environ
     if path is not None:
         raw = _read_yaml(Path(path))
         _note_origins(raw, (), f"in {path}", origins)
-    for name, value in sorted((environ if environ is not None else os.environ).items()):
+        raw = _resolve_references(raw, (), environ, f"in {path}")
+    for name, value in sorted(environ.items()):
         if name.startswith(ENV_PREFIX):
             keys = _env_keys(name)
-            _set_path(raw, keys, _env_value(name, value))
+            _set_path(raw, keys, _env_value(name, keys, value))
             origins[keys] = f"from ${name}"
     try:
         config = Config.model_validate(raw)
@@ -339,14 +406,61 @@ def _env_keys(name: str) -> tuple[str, ...]:
     # Spark settings keep their case (spark.sql.shuffle.partitions, ...Enabled).
     if len(parts) > 2 and [p.lower() for p in parts[:2]] == ["spark", "conf"]:
         return ("spark", "conf", "__".join(parts[2:]))
-    return tuple(p.lower() for p in parts)
+    keys = tuple(p.lower() for p in parts)
+    # Kafka client properties have dots where a variable name can only have underscores:
+    # ABSTREAM__KAFKA__CLIENT_OPTIONS__SASL_PASSWORD sets kafka.client_options.sasl.password.
+    if _is_kafka_property(keys):
+        return (*keys[:2], keys[2].replace("_", "."))
+    return keys
 
 
-def _env_value(name: str, value: str) -> Any:
+def _is_kafka_property(keys: tuple[str, ...]) -> bool:
+    return len(keys) == 3 and keys[0] == "kafka" and keys[1] in KAFKA_OPTION_MAPS
+
+
+def _env_value(name: str, keys: tuple[str, ...], value: str) -> Any:
+    """The variable's value read as YAML; a Kafka client property's as it is (a password
+    such as ``0x1F`` or ``1e3`` is not a number)."""
+    if _is_kafka_property(keys):
+        return value
     try:
         return yaml.safe_load(value) if value.strip() else value
     except yaml.YAMLError:
-        raise ConfigError(f"${name}: value is not valid YAML: {value!r}") from None
+        shown = "" if _may_hold_secret(keys) else f": {value!r}"
+        raise ConfigError(f"${name}: value is not valid YAML{shown}") from None
+
+
+def _may_hold_secret(keys: tuple[str, ...]) -> bool:
+    """Whether the setting at ``keys`` may be a credential (its value is then never shown)."""
+    return keys[:2] in {("kafka", name) for name in KAFKA_OPTION_MAPS} \
+        or any(SECRET_NAME.search(key) for key in keys)
+
+
+_REFERENCE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _resolve_references(node: Any, keys: tuple[str, ...], environ: Mapping[str, str],
+                        origin: str) -> Any:
+    """The file's settings with each ``${NAME}`` replaced by the variable's value."""
+    if isinstance(node, dict):
+        return {key: _resolve_references(value, (*keys, str(key)), environ, origin)
+                for key, value in node.items()}
+    if isinstance(node, list):
+        return [_resolve_references(value, (*keys, str(i)), environ, origin)
+                for i, value in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def value_of(match: re.Match[str]) -> str:
+        escaped, name = match.groups()
+        if escaped:
+            return "${" + name + "}"
+        if name not in environ:
+            raise ConfigError(f"config: {'.'.join(keys)}: environment variable {name} is "
+                              f"not set [{origin}]")
+        return environ[name]
+
+    return _REFERENCE.sub(value_of, node)
 
 
 def _set_path(raw: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
@@ -378,8 +492,10 @@ def _one_line(exc: ValidationError, origins: dict[tuple[str, ...], str]) -> str:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown setting"
-        elif "input" in error and not isinstance(error["input"], dict | list):
+        elif "input" in error and not isinstance(error["input"], dict | list) \
+                and not _may_hold_secret(loc):
             message = f"{message} (got {error['input']!r})"
-        origin = next((origins[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in origins), "")
+        origin = next((origins[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in origins),
+                      next((o for keys, o in origins.items() if keys[:len(loc)] == loc), ""))
         parts.append(f"{key}: {message}" + (f" [{origin}]" if origin else ""))
     return "config: " + "; ".join(parts)

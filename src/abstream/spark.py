@@ -47,13 +47,23 @@ DEFAULT_CONF: dict[str, str] = {
     # A partitioned write (bronze by event_date) keeps a file open per partition instead of
     # sorting the micro-batch by partition first.
     "spark.sql.maxConcurrentOutputFileWriters": "8",
+    # Spark's default pattern, and the Kafka client's JAAS setting (which holds its
+    # credentials): the UI, the event log and plan descriptions show such values redacted.
+    # Static: under spark-submit, pass it there.
+    "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }
 
-#: Static settings that only take effect when abstream starts the JVM itself.
-_LOCAL_ONLY_CONF = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-}
+#: Addresses that listen on every interface: a driver bound there advertises its host name.
+_WILDCARDS = {"0.0.0.0", "::"}
+
+
+def _local_only_conf(settings: SparkSettings) -> dict[str, str]:
+    """Static settings that only take effect when abstream starts the JVM itself: the
+    driver's RPC and block manager ports on ``spark.bind_address``."""
+    conf = {"spark.driver.bindAddress": settings.bind_address}
+    if settings.bind_address not in _WILDCARDS:
+        conf["spark.driver.host"] = settings.bind_address
+    return conf
 
 
 #: The JVM's collector when abstream starts it in local mode, where the driver also runs
@@ -91,8 +101,9 @@ def spark_session(settings: SparkSettings) -> SparkSession:
     conf = dict(DEFAULT_CONF)
     local = settings.master.startswith("local")
     if local:
-        conf.update(_LOCAL_ONLY_CONF)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf.update(_local_only_conf(settings))
+        # The web UI listens where SPARK_LOCAL_IP says (every interface when unset).
+        os.environ["SPARK_LOCAL_IP"] = settings.bind_address
         # Python workers (if any) run in this interpreter's environment.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         # The JVM's native allocations (hundreds of threads) spread over glibc's default

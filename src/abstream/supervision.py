@@ -42,6 +42,7 @@ class Supervisor:
     def failed(self, component: str, cause: BaseException) -> float:
         """Seconds to wait before starting ``component`` again after ``cause``; raises
         ``ComponentFailed`` when it is not to be restarted."""
+        log.debug("%s failed", component, exc_info=cause)
         now = self.clock()
         failures = self._failures[component]
         failures.append(now)

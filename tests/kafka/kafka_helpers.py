@@ -12,6 +12,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from abstream.components import Context
 from abstream.kafka.broker import LocalBroker
 
+#: The user of the test broker's SASL_PLAINTEXT listener.
+SASL_USER = "abstream"
+SASL_PASSWORD = "Kafka-Test-Passw0rd"
+
 
 def kafka_context(ctx: Context, broker: LocalBroker, name: str, **validate: object) -> Context:
     """``ctx`` with ``source: kafka`` on ``broker`` and topics named after ``name``."""

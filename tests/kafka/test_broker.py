@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
-from tests.servers import free_port
+from tests.servers import free_port, is_loopback, listening_addresses
 
 
 def test_messages_go_through_the_broker_with_their_timestamps(kafka_broker):
@@ -52,3 +52,10 @@ def test_kafka_local_starts_reports_and_stops(tmp_path):
     status = kafka_local("status")
     assert status.returncode == 1 and "stopped" in status.stdout
     assert (tmp_path / "kafka" / "data" / "meta.properties").exists()
+
+
+def test_the_broker_listens_on_loopback_only(kafka_broker):
+    found = listening_addresses(kafka_broker.pid())
+    assert {port for _, port in found} == {kafka_broker.port, kafka_broker.controller_port,
+                                           kafka_broker.sasl_port}
+    assert all(is_loopback(address) for address, _ in found), found

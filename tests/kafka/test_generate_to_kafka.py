@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from abstream.config import KafkaSettings
 from abstream.generator import GeneratorSettings, generate, generate_to_kafka
 from tests.helpers import landing_records
 from tests.kafka.kafka_helpers import read_topic
@@ -17,7 +18,8 @@ def _consume(bootstrap: str, topic: str, expected: int) -> list[str]:
 
 def test_kafka_gets_the_same_beacons_as_landing_files(kafka_broker, tmp_path):
     settings = GeneratorSettings(events=2_000, seed=5, file_events=500)
-    summary = generate_to_kafka(settings, kafka_broker.bootstrap_servers, "beacons-same")
+    summary = generate_to_kafka(
+        settings, KafkaSettings(bootstrap_servers=kafka_broker.bootstrap_servers), "beacons-same")
     generate(settings, tmp_path)
     assert summary.records == 2_000
     messages = _consume(kafka_broker.bootstrap_servers, "beacons-same", 2_000)

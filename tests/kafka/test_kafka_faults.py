@@ -64,7 +64,7 @@ def test_kill_9_in_async_mode_loses_nothing_and_gold_stays_exact(ctx, kafka_brok
     generate(GeneratorSettings(events=3_000, seed=21, late_rate=0.0, duplicate_rate=0.0,
                                malformed_rate=0.0), tmp_path / "lines")
     lines = landing_records(tmp_path / "lines")
-    ensure_topics(kafka.bootstrap_servers, [kafka.topic, kafka.valid_topic,
+    ensure_topics(kafka, [kafka.topic, kafka.valid_topic,
                                             kafka.rejected_topic], 1)
     log = tmp_path / "validate.log"
 

@@ -21,7 +21,7 @@ def test_fuzzed_records_through_validate_and_archive_lose_nothing(ctx, kafka_bro
     ctx = reconfigure(kafka_context(ctx, kafka_broker, "fuzz"), "ingest",
                       max_record_bytes=MAX_BYTES)
     kafka = ctx.config.kafka
-    ensure_topics(kafka.bootstrap_servers, [kafka.topic], 2)
+    ensure_topics(kafka, [kafka.topic], 2)
     # Kafka values are not lines: line breaks inside them are part of the record.
     values: list[bytes | None] = [*fuzzed_records(11, 20_000, MAX_BYTES, line_breaks=True),
                                   *[None] * TOMBSTONES]

@@ -33,8 +33,8 @@ def test_the_kafka_path_matches_the_reference_on_generated_data(ctx, kafka_broke
     ctx = kafka_context(ctx, kafka_broker, "pipeline")
     kafka = ctx.config.kafka
     settings = GeneratorSettings(events=4_000, seed=12, late_rate=0.0, malformed_rate=0.01)
-    ensure_topics(kafka.bootstrap_servers, [kafka.topic], 1)
-    generate_to_kafka(settings, kafka.bootstrap_servers, kafka.topic)
+    ensure_topics(kafka, [kafka.topic], 1)
+    generate_to_kafka(settings, kafka, kafka.topic)
     run_once(ctx, pipeline_components(ctx.config))
 
     generate(settings, tmp_path / "same")
@@ -73,7 +73,7 @@ def test_each_validation_mode_splits_valid_and_refused_records(ctx, kafka_broker
 def test_realtime_mode_refuses_more_partitions_than_task_slots(ctx, kafka_broker):
     ctx = kafka_context(ctx, kafka_broker, "rtm-slots", mode="realtime")
     kafka = ctx.config.kafka
-    ensure_topics(kafka.bootstrap_servers, [kafka.topic], 3)
+    ensure_topics(kafka, [kafka.topic], 3)
     with pytest.raises(UsageError, match=r"task slot per partition of t\w+ \(3\) but Spark "
                                          r"has 2"):
         run_continuously(ctx, [COMPONENTS["validate"]], threading.Event())
@@ -86,11 +86,11 @@ def test_kafka_lag_per_partition_from_the_checkpoint_and_the_broker(ctx, kafka_b
 
     ctx = kafka_context(ctx, kafka_broker, "lag")
     kafka = ctx.config.kafka
-    ensure_topics(kafka.bootstrap_servers, [kafka.topic], 2)
+    ensure_topics(kafka, [kafka.topic], 2)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     monitor = LagMonitor([MonitoredSource("validate", ctx.layout.checkpoint("validate"),
                                           f"kafka://{kafka.topic}")],
-                         clock=lambda: now, kafka_bootstrap_servers=kafka.bootstrap_servers)
+                         clock=lambda: now, kafka=kafka)
 
     def produce(partition: int, count: int, at_ms: int) -> None:
         for i in range(count):

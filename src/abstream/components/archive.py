@@ -18,8 +18,8 @@ NAME = "archive"
 def build(ctx: Context) -> DataStreamWriter:
     kafka = ctx.config.kafka
     topics = [kafka.valid_topic, kafka.rejected_topic]
-    ensure_topics(kafka.bootstrap_servers, topics, kafka.partitions)
-    records = kafka_stream(ctx.spark, kafka.bootstrap_servers, topics,
+    ensure_topics(kafka, topics, kafka.partitions)
+    records = kafka_stream(ctx.spark, kafka, topics,
                            ctx.config.archive.max_offsets_per_trigger)
     parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
     return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))

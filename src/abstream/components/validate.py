@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 
 def build(ctx: Context) -> DataStreamWriter:
     kafka, settings = ctx.config.kafka, ctx.config.validate_
-    ensure_topics(kafka.bootstrap_servers,
-                  [kafka.topic, kafka.valid_topic, kafka.rejected_topic], kafka.partitions)
+    ensure_topics(kafka, [kafka.topic, kafka.valid_topic, kafka.rejected_topic],
+                  kafka.partitions)
     limit = None if settings.mode == "realtime" else settings.max_offsets_per_trigger
-    records = kafka_stream(ctx.spark, kafka.bootstrap_servers, [kafka.topic], limit)
+    records = kafka_stream(ctx.spark, kafka, [kafka.topic], limit)
     parsed = validate.parse_beacons(kafka_records.beacon_lines(records),
                                     ctx.config.ingest.max_record_bytes,
                                     ctx.config.ingest.future_tolerance)
@@ -36,7 +36,7 @@ def build(ctx: Context) -> DataStreamWriter:
     return (
         out.writeStream.queryName("validate")
         .format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .options(**kafka.spark_kafka_options())
         .option("checkpointLocation", ctx.layout.checkpoint("validate"))
     )
 
@@ -62,7 +62,7 @@ def schedule(writer: DataStreamWriter, ctx: Context, once: bool) -> DataStreamWr
 def _require_task_slots(ctx: Context) -> None:
     """Real-time mode runs one long task per input partition, all the time."""
     kafka = ctx.config.kafka
-    reader = TopicReader(kafka.bootstrap_servers)
+    reader = TopicReader(kafka)
     try:
         partitions = len(reader.partitions(kafka.topic) or [])
     finally:

@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from abstream.config import KafkaSettings
 from abstream.errors import UsageError
 from abstream.generator.faults import MALFORMED_KINDS
 from abstream.generator.model import EFFECT_METRICS, HOUR_MS, ClickstreamModel, Event, Visitor
+from abstream.kafka.clients import ClientLog, producer
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +165,12 @@ class _Files(_Paced):
 class _Topic(_Paced):
     """Produces each line as one Kafka message (the value; no key) to a topic."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, per_batch: int,
+    def __init__(self, kafka: KafkaSettings, topic: str, per_batch: int,
                  rate: float | None, progress: Callable[[int], None] | None) -> None:
-        from confluent_kafka import Producer
-
         super().__init__(per_batch, rate, progress)
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5,
-                                  "enable.idempotence": True})
+        self.producer = producer(kafka, ClientLog(), **{"linger.ms": 5,
+                                                        "enable.idempotence": True})
 
     def emit(self, lines: list[str]) -> None:
         for line in lines:
@@ -205,14 +205,14 @@ def generate(settings: GeneratorSettings, landing: Path,
     return summary
 
 
-def generate_to_kafka(settings: GeneratorSettings, bootstrap_servers: str, topic: str,
+def generate_to_kafka(settings: GeneratorSettings, kafka: KafkaSettings, topic: str,
                       progress: Callable[[int], None] | None = None) -> GenerationSummary:
     """Produce ``settings.events`` records, one message each, to a Kafka topic."""
     settings.validate()
     per_batch = settings.file_events if settings.rate is None else \
         max(1, int(settings.rate / 100))
     return _run(settings, _start(settings),
-                _Topic(bootstrap_servers, topic, per_batch, settings.rate, progress))
+                _Topic(kafka, topic, per_batch, settings.rate, progress))
 
 
 def _start(settings: GeneratorSettings) -> datetime:

@@ -9,6 +9,7 @@ import re
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from abstream.config import KafkaSettings
 from abstream.io.hadoop import HadoopFiles
 
 _COMMIT = re.compile(r"^\d{20}\.json$")
@@ -84,13 +85,13 @@ def _only_appends_since_creation(spark: SparkSession, path: str) -> bool:
     return True
 
 
-def kafka_stream(spark: SparkSession, bootstrap_servers: str, topics: list[str],
+def kafka_stream(spark: SparkSession, kafka: KafkaSettings, topics: list[str],
                  max_offsets_per_trigger: int | None = None) -> DataFrame:
     """The records of Kafka ``topics`` from their start (or the checkpoint's offsets):
     key, value, topic, partition, offset, timestamp, headers."""
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**kafka.spark_kafka_options())
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")

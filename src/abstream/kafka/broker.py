@@ -19,7 +19,8 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -33,6 +34,7 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 JAR_LIST = "kafka-broker-jars.txt"
 START_SECONDS = 90.0
 STOP_SECONDS = 30.0
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 _LOG4J = """\
 rootLogger.level = WARN
@@ -101,16 +103,26 @@ def fetch_jars(cache: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class LocalBroker:
-    """One broker: its home folder (data, config, log, pid) and its two loopback ports."""
+    """One broker: its home folder (data, config, log, pid) and its loopback ports: a
+    PLAINTEXT listener, the controller's, and, when ``sasl_port`` is set, a SASL_PLAINTEXT
+    listener (PLAIN mechanism) for ``sasl_users`` (name -> password)."""
 
     home: Path
     jars_cache: Path
     port: int = 9092
     controller_port: int = 9093
+    sasl_port: int | None = None
+    sasl_users: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        if self.sasl_port is None:
+            raise AbstreamError("this broker has no SASL listener")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def pid_file(self) -> Path:
@@ -202,10 +214,12 @@ class LocalBroker:
             "node.id": 1,
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
-                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}" + self._sasl_listener,
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}" + self._sasl_listener,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                                              "SASL_PLAINTEXT:SASL_PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
+            **self._sasl_settings(),
             "controller.listener.names": "CONTROLLER",
             "log.dirs": self.home / "data",
             "num.partitions": 1,
@@ -219,6 +233,20 @@ class LocalBroker:
             "num.io.threads": 2,
         }.items()) + "\n")
         return config
+
+
+    @property
+    def _sasl_listener(self) -> str:
+        return "" if self.sasl_port is None else f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+
+    def _sasl_settings(self) -> dict[str, str]:
+        if self.sasl_port is None:
+            return {}
+        users = " ".join(f'user_{name}="{password}"'
+                         for name, password in self.sasl_users.items())
+        return {"sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                    f"{PLAIN_LOGIN_MODULE} required {users};"}
 
 
 def _cluster_id() -> str:

@@ -7,28 +7,34 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from abstream.config import KafkaSettings
 from abstream.errors import AbstreamError
+from abstream.kafka.clients import ClientLog, admin_client, consumer, unreachable
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 10.0
+#: How often a metadata request is retried within TIMEOUT_SECONDS (a refused credential
+#: fails at once, not after the whole timeout).
+ATTEMPT_SECONDS = 1.0
 
 
-def ensure_topics(bootstrap_servers: str, names: list[str], partitions: int) -> None:
+def ensure_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
     """Create the topics that do not exist yet (``partitions`` each, replication 1 on a
     one-broker cluster, else the broker's default); existing topics are left as they are."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    client_log = ClientLog()
+    admin = admin_client(kafka, client_log)
     try:
-        metadata = admin.list_topics(timeout=TIMEOUT_SECONDS)
-    except KafkaException as exc:
-        raise AbstreamError(f"Kafka at {bootstrap_servers} does not answer: "
-                            f"{exc.args[0].str()}") from None
+        metadata = _metadata(admin, kafka, client_log)
+    except ConnectionError as exc:
+        raise AbstreamError(str(exc)) from None
     missing = [name for name in dict.fromkeys(names) if name not in metadata.topics]
     if not missing:
         return
@@ -43,6 +49,22 @@ def ensure_topics(bootstrap_servers: str, names: list[str], partitions: int) -> 
             if error.name() != "TOPIC_ALREADY_EXISTS":
                 raise AbstreamError(f"cannot create Kafka topic {name}: {error.str()}") from None
     _await_partitions(admin, missing)
+
+
+def _metadata(client: AdminClient | Consumer, kafka: KafkaSettings, client_log: ClientLog,
+              topic: str | None = None) -> ClusterMetadata:
+    """The cluster's metadata (of one topic, or of all), or one line on why there is none."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while True:
+        try:
+            return client.list_topics(topic, timeout=ATTEMPT_SECONDS)
+        except KafkaException as exc:
+            client.poll(0)  # serves the client's log
+            if client_log.refused_credentials or time.monotonic() > deadline:
+                raise ConnectionError(unreachable(kafka, client_log, exc.args[0].str())) \
+                    from None
 
 
 def _await_partitions(admin: AdminClient, names: list[str]) -> None:
@@ -75,11 +97,9 @@ class PartitionPosition:
 class TopicReader:
     """Reads partition ends and single records by offset, without joining a group."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        from confluent_kafka import Consumer
-
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap_servers,
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka, self._log = kafka, ClientLog()
+        self._consumer = consumer(kafka, self._log, **{
             "group.id": "abstream-lag-monitor",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
@@ -87,8 +107,9 @@ class TopicReader:
         })
 
     def partitions(self, topic: str) -> list[int] | None:
-        """The topic's partitions, or None when it does not exist."""
-        metadata = self._consumer.list_topics(topic, timeout=TIMEOUT_SECONDS)
+        """The topic's partitions, or None when it does not exist (ConnectionError when the
+        brokers do not answer)."""
+        metadata = _metadata(self._consumer, self._kafka, self._log, topic)
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             return None

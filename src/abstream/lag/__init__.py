@@ -27,6 +27,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from abstream.config import KafkaSettings
 from abstream.kafka.topics import TopicReader
 from abstream.lag.checkpoint import CheckpointReader, Committed, normalise_path
 from abstream.lag.deltalog import DeltaLogReader, Version
@@ -110,10 +111,10 @@ class LagMonitor:
 
     def __init__(self, sources: Iterable[MonitoredSource],
                  clock: Callable[[], float] = time.time,
-                 kafka_bootstrap_servers: str | None = None) -> None:
+                 kafka: KafkaSettings | None = None) -> None:
         self.sources = list(sources)
         self.clock = clock
-        self.kafka_bootstrap_servers = kafka_bootstrap_servers
+        self.kafka = kafka
         self._tables: dict[str, DeltaLogReader] = {}
         self._checkpoints: dict[str, CheckpointReader] = {}
         self._topics: TopicReader | None = None
@@ -178,9 +179,9 @@ class LagMonitor:
 
     def topics(self) -> TopicReader:
         if self._topics is None:
-            if self.kafka_bootstrap_servers is None:
-                raise ValueError("a kafka:// source needs kafka.bootstrap_servers")
-            self._topics = TopicReader(self.kafka_bootstrap_servers)
+            if self.kafka is None:
+                raise ValueError("a kafka:// source needs the kafka settings")
+            self._topics = TopicReader(self.kafka)
         return self._topics
 
     def _kafka_row(self, monitored: MonitoredSource, committed: Committed | None,

@@ -48,7 +48,7 @@ class LagCollector(Collector):
         self.layout = Layout.of(config.data_dir)
         self.own = config.monitor.include_own
         self.clock = clock
-        self.monitor = LagMonitor(self.sources, clock, config.kafka.bootstrap_servers)
+        self.monitor = LagMonitor(self.sources, clock, config.kafka)
         self._objectives = {(s.component, s.source): s.slo_seconds for s in self.sources}
         self._lock = threading.Lock()
         if self.own:  # system lag reads each bronze file's earliest arrival from its stats
