@@ -134,3 +134,9 @@ def test_root_cause_names_what_went_wrong_not_what_wrapped_it():
                            "Caused by: org.apache.spark.SparkException: Job aborted\n"
                            "Caused by: java.io.IOException: No space left on device\n")
     assert root_cause(wrapped) == "IOException: No space left on device"
+    terminated = "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+    assert root_cause(RuntimeError(f"{terminated}java.io.IOException: No space left on "
+                                   f"device SQLSTATE: XXKST")) == \
+        "IOException: No space left on device"
+    assert root_cause(RuntimeError(f"{terminated}[DELTA_X] odd SQLSTATE: XXKST")) == \
+        "[DELTA_X] odd"

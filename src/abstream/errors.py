@@ -49,6 +49,9 @@ def first_line(exc: BaseException) -> str:
 #: ``Caused by: ...``, ``: java...`` (py4j's form) or ``abstream.errors.UsageError: ...``.
 _RAISED = re.compile(r"^(?:Caused by: |: )?(?:[\w$]+\.)*(?P<name>[\w$]*(?:Exception|Error)): "
                      r"(?P<message>.+)$")
+#: A query's failure in one line: ``[STREAM_FAILED] Query [...] terminated with exception: X``.
+_TERMINATED = re.compile(r"terminated with exception: (.+)")
+_SQLSTATE = re.compile(r"(?: SQLSTATE: \w+)+$")
 #: Exceptions that only wrap the one that matters: a query that failed, a call into the
 #: JVM or into Python's foreachBatch function that raised.
 _WRAPPERS = ("StreamingQueryException", "Py4JJavaError", "Py4JException",
@@ -58,8 +61,10 @@ _WRAPPERS = ("StreamingQueryException", "Py4JJavaError", "Py4JException",
 def root_cause(exc: BaseException) -> str:
     """The line of a (Spark, Java, Python) error that says what went wrong: the first
     exception named in its text that does not merely wrap another, without its package."""
-    for line in str(exc).splitlines():
-        found = _RAISED.match(line.strip())
+    text = str(exc)
+    for line in [*text.splitlines(), *_TERMINATED.findall(text)]:
+        found = _RAISED.match(_SQLSTATE.sub("", line.strip()))
         if found and found["name"] not in _WRAPPERS:
             return f"{found['name']}: {found['message'].strip()}"
-    return first_line(exc)
+    terminated = _TERMINATED.search(text)
+    return _SQLSTATE.sub("", terminated[1] if terminated else first_line(exc))

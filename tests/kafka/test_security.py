@@ -136,8 +136,8 @@ def test_commands_over_sasl_print_and_log_no_password(kafka_broker, tmp_path):
 def test_a_run_listens_on_loopback_only_and_a_refused_password_is_one_line(kafka_broker,
                                                                             tmp_path):
     """``abstream run`` with its exporter and a Spark driver whose web UI is on: every port
-    the process and its JVM open is on loopback; Spark's Kafka client is refused and the
-    run ends with one line, no Java stack trace and no password."""
+    the process and its JVM open is on loopback; Spark's Kafka client is refused, restarted
+    once, and the run ends with one line, no Java stack trace and no password."""
     config = _sasl_config_file(tmp_path / "abstream.yaml", kafka_broker)
     ui, exporter = free_port(), free_port()
     wrong = "Wrong-Passw0rd"
@@ -145,7 +145,8 @@ def test_a_run_listens_on_loopback_only_and_a_refused_password_is_one_line(kafka
            "ABSTREAM__KAFKA__SPARK_OPTIONS__SASL_JAAS_CONFIG":
                f'{PLAIN_LOGIN_MODULE} required username="{SASL_USER}" password="{wrong}";',
            "ABSTREAM__SPARK__CONF": f"{{spark.ui.enabled: true, spark.ui.port: {ui}}}",
-           "ABSTREAM__MONITOR__EXPORTER__PORT": str(exporter)}
+           "ABSTREAM__MONITOR__EXPORTER__PORT": str(exporter),
+           "ABSTREAM__RUN__MAX_RESTARTS": "1", "ABSTREAM__RUN__RESTART_BACKOFF": "100ms"}
     env.pop("SPARK_LOCAL_IP", None)
     run = subprocess.Popen([sys.executable, "-m", "abstream", "run", "validate", "--config",
                             config, "--data-dir", str(tmp_path / "data")], env=env,
@@ -162,7 +163,9 @@ def test_a_run_listens_on_loopback_only_and_a_refused_password_is_one_line(kafka
     assert {ui, exporter} <= {port for _, port in seen}, seen
     assert all(is_loopback(address) for address, _ in seen), seen
     assert run.returncode == 1
-    assert stderr.splitlines()[-1].startswith("abstream: error: validate failed: ")
+    assert stderr.splitlines()[-1].startswith(
+        "abstream: error: validate failed 2 times in a row: ")
+    assert "restart 1 of 1" in stderr, "it was restarted once"
     assert "Authentication failed: Invalid username or password" in stderr.splitlines()[-1]
     assert "\tat " not in stderr, "no Java stack trace"
     assert wrong not in stdout + stderr and SASL_PASSWORD not in stdout + stderr

@@ -51,7 +51,13 @@ from abstream.components.base import Component, Context, stream_writer
 from abstream.io import sinks
 from abstream.io.sources import delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
-from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_source_table,
+    ensure_table,
+)
 from abstream.progress import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, SESSION_STATE
 from abstream.stages import metrics, sessions
@@ -251,7 +257,7 @@ def build(ctx: Context) -> DataStreamWriter:
     gap, lateness = settings.gap, settings.lateness
     gap_micros = gap // timedelta(microseconds=1)
     windowing = metrics.Windowing.of(ctx.config.metrics)
-    events_path = ensure_table(spark, EVENTS_TABLE, ctx.layout)
+    events_path = ensure_source_table(spark, EVENTS_TABLE, ctx.layout, NAME)
     timed = partial(ctx.stats.timed, NAME)
     append_visits = timed("silver append", sinks.AppendOnce(
         ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import re
 from collections.abc import Sequence
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from abstream.errors import UsageError
+from abstream.io.hadoop import HadoopFiles
 from abstream.io.sinks import last_writer
-from abstream.lag.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +36,43 @@ def prepare_checkpoint(spark: SparkSession, component: str, location: str,
                        outputs: Sequence[str]) -> None:
     """Mend or refuse ``component``'s checkpoint at ``location``; ``outputs`` are the
     Delta tables it writes."""
-    storage = Storage(location)
-    _set_aside_torn_entry(storage, component, "commits")
-    planned = _set_aside_torn_entry(storage, component, "offsets")
-    if planned and storage.entry(storage.path("metadata")) is None:
-        _restore_identity(spark, storage, component, outputs)
+    files = HadoopFiles(spark, location)
+    _set_aside_torn_entry(files, location, component, "commits")
+    planned = _set_aside_torn_entry(files, location, component, "offsets")
+    if planned and not files.exists(posixpath.join(location, "metadata")):
+        _restore_identity(spark, files, location, component, outputs)
 
 
-def _set_aside_torn_entry(storage: Storage, component: str, kind: str) -> bool:
+def _set_aside_torn_entry(files: HadoopFiles, location: str, component: str,
+                          kind: str) -> bool:
     """Whether the log has entries once a torn last one is set aside."""
-    entries = sorted((int(e.name), e.path) for e in storage.list(storage.path(kind))
-                     if e.name.isdigit())
+    folder = posixpath.join(location, kind)
+    entries = sorted(int(name) for name in files.names(folder) if name.isdigit())
     if not entries:
         return False
-    batch, path = entries[-1]
-    previous = storage.read_text(entries[-2][1]) if len(entries) > 1 else None
-    if _is_whole(storage.read_text(path), previous if kind == "offsets" else None):
+    batch, path = entries[-1], posixpath.join(folder, str(entries[-1]))
+    previous = (files.read_text(posixpath.join(folder, str(entries[-2])))
+                if len(entries) > 1 and kind == "offsets" else None)
+    if _is_whole(_read(files, path), previous):
         return True
-    if kind == "offsets" and storage.entry(storage.path("commits", str(batch))) is not None:
+    if kind == "offsets" and files.exists(posixpath.join(location, "commits", str(batch))):
         raise UsageError(f"{component}: checkpoint entry {path} is damaged, yet its "
                          f"micro-batch was committed; restore the checkpoint from a backup, "
-                         f"or delete {storage.root} to process all input again")
-    storage.fs.move(path, storage.path(kind, f"{batch}.torn"))
+                         f"or delete {location} to process all input again")
+    files.rename(path, posixpath.join(folder, f"{batch}.torn"))
     log.warning("%s: %s/%d was torn (an interrupted write); set aside as %d.torn, the "
                 "micro-batch runs again", component, kind, batch, batch)
     return len(entries) > 1
+
+
+def _read(files: HadoopFiles, path: str) -> str:
+    """The entry's text; empty where the file system finds it damaged (a checksum that no
+    longer matches, on a local disk)."""
+    try:
+        return files.read_text(path)
+    except Py4JError:
+        log.debug("cannot read %s", path, exc_info=True)
+        return ""
 
 
 def _is_whole(text: str, previous: str | None) -> bool:
@@ -78,17 +92,16 @@ def _is_whole(text: str, previous: str | None) -> bool:
     return True
 
 
-def _restore_identity(spark: SparkSession, storage: Storage, component: str,
-                      outputs: Sequence[str]) -> None:
+def _restore_identity(spark: SparkSession, files: HadoopFiles, location: str,
+                      component: str, outputs: Sequence[str]) -> None:
     writer = next((w for path in outputs
                    if (w := last_writer(spark, path, f"abstream-{component}-"))), None)
     if writer is None:
         log.warning("%s: checkpoint %s has no metadata file and nothing of it was written "
-                    "yet; its query starts under a new id", component, storage.root)
+                    "yet; its query starts under a new id", component, location)
         return
     query_id = writer.removeprefix(f"abstream-{component}-")
-    with storage.fs.open_output_stream(storage.path("metadata")) as stream:
-        stream.write(json.dumps({"id": query_id}).encode() + b"\n")
+    files.write_text(posixpath.join(location, "metadata"), json.dumps({"id": query_id}))
     log.warning("%s: checkpoint %s had no metadata file; restored its query id %s from its "
                 "last write, so replayed micro-batches are not written twice", component,
-                storage.root, query_id)
+                location, query_id)

@@ -39,6 +39,9 @@ class HadoopFiles:
         finally:
             out.close()
 
+    def rename(self, path: str, to: str) -> None:
+        self._fs.rename(self._path(path), self._path(to))
+
     def delete(self, path: str) -> None:
         self._fs.delete(self._path(path), True)
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import posixpath
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from abstream.errors import AbstreamError
+from abstream.errors import AbstreamError, UsageError
+from abstream.io.hadoop import HadoopFiles
 from abstream.layout import Layout
 from abstream.schemas import (
     BATCH_COVERAGE,
@@ -70,6 +72,22 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
         if not DeltaTable.isDeltaTable(spark, path):
             raise
     return path
+
+
+def ensure_source_table(spark: SparkSession, spec: TableSpec, layout: Layout,
+                        component: str) -> str:
+    """The table ``component`` streams from: created while the component has never
+    committed a micro-batch (it may start before its upstream writes), refused once its
+    checkpoint has read from it, since an empty table in its place would not be the one the
+    checkpoint points into."""
+    path = str(spec.path(layout))
+    commits = posixpath.join(layout.checkpoint(component), "commits")
+    if not DeltaTable.isDeltaTable(spark, path) and any(
+            name.isdigit() for name in HadoopFiles(spark, commits).names(commits)):
+        raise UsageError(f"{component}: its source table {path} is gone, yet its checkpoint "
+                         f"{layout.checkpoint(component)} has read from it; restore the table, "
+                         f"or delete the checkpoint to read a new one from its start")
+    return ensure_table(spark, spec, layout)
 
 
 def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None:
