@@ -6,7 +6,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -134,16 +134,28 @@ def assert_speed_layer_matches_reference(ctx: Context, lines: list[str]) -> None
 
 
 @contextmanager
-def immutable(folder: Path) -> Iterator[Path]:
-    """``folder`` made immutable (``chattr +i``: nothing can be created, renamed or deleted
-    in it, even by root) for the block; skips the test where the file system or the user
-    cannot."""
-    folder.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True,
-                          check=False)
+def system_change(folder: Path, apply: list[str], undo: list[str], what: str) -> Iterator[Path]:
+    """``folder`` changed by the command ``apply`` for the block and restored by ``undo``;
+    skips the test where this machine does not allow ``what``."""
+    done = subprocess.run([*apply, str(folder)], capture_output=True, text=True, check=False)
     if done.returncode:
-        pytest.skip(f"cannot make {folder} immutable here: {done.stderr.strip()}")
+        pytest.skip(f"cannot {what} here: {done.stderr.strip()}")
     try:
         yield folder
     finally:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
+        subprocess.run([*undo, str(folder)], check=True)
+
+
+def immutable(folder: Path) -> AbstractContextManager[Path]:
+    """``folder`` made immutable (``chattr +i``: nothing can be created, renamed or deleted
+    in it, even by root) for the block."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return system_change(folder, ["chattr", "+i"], ["chattr", "-i"],
+                         f"make {folder} immutable")
+
+
+def small_disk(folder: Path, size: str = "16m") -> AbstractContextManager[Path]:
+    """A file system of ``size`` (tmpfs) mounted at ``folder`` for the block."""
+    folder.mkdir(parents=True)
+    return system_change(folder, ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs"],
+                         ["umount", "-l"], "mount a small file system")

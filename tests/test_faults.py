@@ -4,10 +4,7 @@ and once its cause is gone the tables equal a run that never met it."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,27 +20,13 @@ from tests.helpers import (
     assert_speed_layer_matches_reference,
     landing_records,
     reconfigure,
+    small_disk,
     wait_until,
 )
 
 INGEST, SESSIONIZE = COMPONENTS["ingest"], COMPONENTS["sessionize"]
 QUICK = timedelta(milliseconds=100)
 FIRST_DAY = datetime(2026, 1, 5, tzinfo=UTC)
-
-
-@contextmanager
-def small_disk(folder: Path, size: str = "16m") -> Iterator[Path]:
-    """A file system of ``size`` mounted at ``folder`` (tmpfs) for the block; skips the test
-    where this machine does not allow mounting."""
-    folder.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode:
-        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
 def _fill(disk: Path) -> Path:
