@@ -26,7 +26,7 @@ def test_help_lists_the_commands():
     result = _run(["--help"])
     assert result.returncode == 0
     for command in ("generate", "run", "demo", "batch", "serving", "report", "lag", "exporter",
-                    "jars"):
+                    "maintain", "jars"):
         assert command in result.stdout
 
 
@@ -41,6 +41,8 @@ def test_help_lists_the_commands():
     (["report", "--html", "/nonexistent/report.html"], {}, "folder /nonexistent does not"),
     (["report"], {"ABSTREAM__REPORT__ALLOCATION": "{exp: {control: 0}}"},
      "weights must be positive"),
+    (["maintain", "--dry-run"], {"ABSTREAM__MAINTAIN__ATTEMPTS": "0"},
+     "config: maintain.attempts:"),
 ])
 def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
     result = _run([*args, "--data-dir", str(tmp_path)], env=env)
