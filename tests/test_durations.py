@@ -48,5 +48,5 @@ def test_parses_the_intervals_delta_table_properties_hold(text, expected):
 
 @pytest.mark.parametrize("text", ["interval", "interval 3 fortnights", "interval 1 day soon"])
 def test_refuses_what_is_not_an_interval(text):
-    with pytest.raises(ValueError, match="interval|unit"):
+    with pytest.raises(ValueError, match=r"interval|unit"):
         parse_interval(text)
