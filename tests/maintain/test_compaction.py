@@ -1,12 +1,16 @@
 """Which partitions are compacted: closed ones with two or more small files."""
 
+import threading
 from datetime import date
 
 import pytest
+from delta.tables import DeltaTable
 
 from abstream.errors import AbstreamError
 from abstream.lag.deltalog import DataFile
-from abstream.maintain.compaction import Partition, candidates
+from abstream.maintain.compaction import Compaction, Partition, candidates, compact
+from abstream.maintain.vacuum import snapshot
+from tests.helpers import wait_until
 
 SMALL = 1_000
 
@@ -44,3 +48,22 @@ def test_partition_values_come_from_the_folders_nested_and_quoted():
     assert nulls[0].predicate == "layer = 'o''brien' AND visit_date IS NULL"
     with pytest.raises(AbstreamError, match="not in a folder per partition value"):
         candidates([_file("a.parquet")], ("layer",), None, date(2026, 1, 5), SMALL)
+
+
+def test_a_compaction_that_loses_a_race_is_tried_again(spark, tmp_path, caplog):
+    path = str(tmp_path / "table")
+    spark.range(600).selectExpr("id", "'2026-01-05' AS day").repartition(60) \
+        .write.format("delta").partitionBy("day").save(path)
+    (partition,) = candidates(snapshot(path), ("day",), "day", date(2026, 1, 6), SMALL * 1000)
+    DeltaTable.forPath(spark, path).detail().collect()  # the log read: no job of its own later
+    tracker = spark.sparkContext.statusTracker()
+    result: list[Compaction] = []
+    racer = threading.Thread(target=lambda: result.append(compact(spark, path, partition, 2)))
+    racer.start()
+    wait_until(tracker.getActiveJobsIds, "OPTIMIZE to start rewriting")
+    # Removes the files OPTIMIZE is rewriting, and commits before it does.
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE day = '2026-01-05'")
+    racer.join(timeout=300)
+    (compaction,) = result
+    assert (compaction.retries, compaction.skipped, compaction.files_removed) == (1, False, 0)
+    assert "lost a race with a writer" in caplog.text
