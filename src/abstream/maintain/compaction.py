@@ -16,7 +16,7 @@ from datetime import date
 from typing import Any
 from urllib.parse import unquote
 
-from delta.exceptions import DeltaConcurrentModificationException
+from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 #: Delta's setting of the size below which OPTIMIZE compacts a file, and its default.
 MIN_FILE_SIZE_CONF = "spark.databricks.delta.optimize.minFileSize"
 DEFAULT_MIN_FILE_SIZE = 1024 * 1024 * 1024
+#: Delta's conflicts between transactions: its Python classes do not share a base class.
+CONFLICTS = (delta_errors.DeltaConcurrentModificationException,
+             delta_errors.ConcurrentWriteException, delta_errors.MetadataChangedException,
+             delta_errors.ProtocolChangedException, delta_errors.ConcurrentAppendException,
+             delta_errors.ConcurrentDeleteReadException,
+             delta_errors.ConcurrentDeleteDeleteException,
+             delta_errors.ConcurrentTransactionException)
 #: How Spark names the folder of a null partition value.
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -111,7 +118,7 @@ def compact(spark: SparkSession, location: str, partition: Partition,
         try:
             metrics = DeltaTable.forPath(spark, location).optimize() \
                 .where(partition.predicate).executeCompaction().first()["metrics"]
-        except DeltaConcurrentModificationException as exc:
+        except CONFLICTS as exc:
             log.warning("compaction of %s in %s lost a race with a writer (%s), attempt %d "
                         "of %d", partition.label, location, first_line(exc), attempt, attempts)
             continue
