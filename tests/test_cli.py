@@ -26,7 +26,7 @@ def test_help_lists_the_commands():
     result = _run(["--help"])
     assert result.returncode == 0
     for command in ("generate", "run", "demo", "batch", "serving", "report", "lag", "exporter",
-                    "jars"):
+                    "maintain", "jars"):
         assert command in result.stdout
 
 
@@ -41,6 +41,8 @@ def test_help_lists_the_commands():
     (["report", "--html", "/nonexistent/report.html"], {}, "folder /nonexistent does not"),
     (["report"], {"ABSTREAM__REPORT__ALLOCATION": "{exp: {control: 0}}"},
      "weights must be positive"),
+    (["maintain", "--dry-run"], {"ABSTREAM__MAINTAIN__ATTEMPTS": "0"},
+     "config: maintain.attempts:"),
 ])
 def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
     result = _run([*args, "--data-dir", str(tmp_path)], env=env)
@@ -101,6 +103,28 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
         "checkout_button", "search_ranking", "homepage_banner"}
     assert any(line.startswith("reconciliation:") and "[ok]" in line for line in lines)
     assert "ingest     batch 0" in result.stderr, "progress is shown"
+
+
+@pytest.mark.slow
+def test_maintain_reports_per_table_and_as_json(spark, tmp_path):
+    from abstream.io.tables import EVENTS_TABLE, ensure_table
+    from abstream.layout import Layout
+
+    ensure_table(spark, EVENTS_TABLE, Layout.of(tmp_path))
+    text = _run(["maintain", "--dry-run", "--data-dir", str(tmp_path)], timeout=300)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert "events (dry run): 0 files (0 B) live, 0 files (0 B) stored" in text.stdout
+    assert "would compact 0 closed partitions" in text.stdout
+    assert "retention 168 h: the table's own delta.deletedFileRetentionDuration" in text.stdout
+    assert "sessions: no table yet" in text.stdout
+    assert "maintain: events (dry run)" in text.stderr, "progress is shown per table"
+    json_run = _run(["maintain", "--json", "--data-dir", str(tmp_path)], timeout=300)
+    reports = json.loads(json_run.stdout.strip().splitlines()[-1])
+    assert [(r["table"], r["exists"]) for r in reports] == [
+        ("events", True), ("rejected", False), ("sessions", False),
+        ("experiment_metrics", False)]
+    assert reports[0]["vacuumed"] == {"files": 0, "bytes": 0}
+    assert "never run" in reports[0]["retention"]["reason"]
 
 
 def test_demo_never_wipes_a_folder_it_did_not_make(tmp_path):

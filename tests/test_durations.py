@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from abstream.durations import parse_duration, spark_interval
+from abstream.durations import parse_duration, parse_interval, spark_interval
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -33,3 +33,20 @@ def test_refuses_what_is_not_a_duration(text):
 ])
 def test_formats_intervals_spark_accepts(duration, text):
     assert spark_interval(duration) == text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("interval 1 week", timedelta(days=7)),
+    ("interval 7 days", timedelta(days=7)),
+    ("INTERVAL 2 days 12 hours", timedelta(days=2, hours=12)),
+    ("168 hours", timedelta(hours=168)),
+    ("interval 0 seconds", timedelta(0)),
+])
+def test_parses_the_intervals_delta_table_properties_hold(text, expected):
+    assert parse_interval(text) == expected
+
+
+@pytest.mark.parametrize("text", ["interval", "interval 3 fortnights", "interval 1 day soon"])
+def test_refuses_what_is_not_an_interval(text):
+    with pytest.raises(ValueError, match=r"interval|unit"):
+        parse_interval(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -21,6 +22,8 @@ from abstream.errors import AbstreamError, UsageError, first_line
 
 if TYPE_CHECKING:
     from abstream.lag import LagRow
+    from abstream.maintain import TableReport
+    from abstream.maintain.vacuum import Files
 
 log = logging.getLogger("abstream")
 
@@ -131,6 +134,14 @@ def _parser() -> argparse.ArgumentParser:
     lag = commands.add_parser("lag", parents=[common],
                               help="how far behind each component is (no Spark needed)")
     lag.add_argument("--json", action="store_true", help="print a JSON list of rows")
+
+    maintain = commands.add_parser(
+        "maintain", parents=[common],
+        help="compact closed partitions and vacuum what no monitored reader still needs")
+    maintain.add_argument("--dry-run", action="store_true",
+                          help="change nothing; show what would be compacted and vacuumed")
+    maintain.add_argument("--json", action="store_true",
+                          help="print a JSON list of per-table reports on the last line")
 
     jars = commands.add_parser("jars", parents=[common],
                                help="fetch the JVM packages once and list the JAR files")
@@ -434,6 +445,56 @@ def _seconds(value: float) -> str:
     return f"{value / 3600:.1f} h"
 
 
+def _cmd_maintain(args: argparse.Namespace, config: Config) -> int:
+    from abstream.maintain import maintain
+    from abstream.spark import spark_session
+
+    reports = maintain(spark_session(config.spark), config, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps([report.to_dict() for report in reports]))
+        return 0
+    for report in reports:
+        print("\n".join(_maintained(report)))
+    return 0
+
+
+def _maintained(report: TableReport) -> list[str]:
+    if not report.exists:
+        return [f"{report.table}: no table yet"]
+    assert report.live_before and report.stored_before and report.retention
+    before = f"{_files(report.live_before)} live, {_files(report.stored_before)} stored"
+    retention = report.retention
+    vacuumed = "would vacuum" if report.dry_run else "vacuumed"
+    vacuum = f"  {retention.reason}" if report.vacuumed is None else \
+        f"  {vacuumed} {_files(report.vacuumed)}; retention {retention.hours} h: " \
+        f"{retention.reason}"
+    if report.dry_run:
+        return [f"{report.table} (dry run): {before}",
+                f"  would compact {len(report.candidates)} closed partitions" +
+                "".join(f"\n    {c.label}: {c.small_files} small files, "
+                        f"{_size(c.small_bytes)}" for c in report.candidates), vacuum]
+    assert report.live_after and report.stored_after
+    merged = sum(c.files_removed for c in report.compacted)
+    written = sum(c.files_added for c in report.compacted)
+    skipped = [c.partition for c in report.compacted if c.skipped]
+    return [f"{report.table}: {before} -> {_files(report.live_after)} live, "
+            f"{_files(report.stored_after)} stored ({report.seconds:.1f} s)",
+            f"  compacted {len(report.compacted) - len(skipped)} closed partitions: "
+            f"{merged} files into {written}" +
+            (f"; skipped after losing races: {', '.join(skipped)}" if skipped else ""),
+            vacuum]
+
+
+def _files(files: Files) -> str:
+    return f"{files.files:,} files ({_size(files.bytes)})"
+
+
+def _size(count: int) -> str:
+    units = ("B", "KiB", "MiB", "GiB")
+    power = min(len(units) - 1, int(math.log(count, 1024))) if count > 0 else 0
+    return f"{count:,} B" if power == 0 else f"{count / 1024 ** power:,.1f} {units[power]}"
+
+
 def _cmd_exporter(args: argparse.Namespace, config: Config) -> int:
     from abstream.monitor.exporter import serve_until_stopped
 
@@ -455,7 +516,7 @@ def _cmd_jars(args: argparse.Namespace, config: Config) -> int:
 
 COMMANDS = {"generate": _cmd_generate, "run": _cmd_run, "demo": _cmd_demo,
             "batch": _cmd_batch, "serving": _cmd_serving, "kafka-local": _cmd_kafka_local,
-            "report": _cmd_report, "lag": _cmd_lag,
+            "report": _cmd_report, "lag": _cmd_lag, "maintain": _cmd_maintain,
             "exporter": _cmd_exporter, "jars": _cmd_jars}
 
 

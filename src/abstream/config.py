@@ -154,6 +154,27 @@ class BatchSettings(_Section):
         return self
 
 
+class MaintainSettings(_Section):
+    """``abstream maintain``: compaction of closed partitions, and a vacuum that keeps every
+    file a monitored reader has not processed yet."""
+
+    #: A day partition (event, ingest or visit date) is closed once its day ended this long
+    #: ago: by then the late events and the visits that close late have been written.
+    closed_after: Duration = timedelta(days=1)
+    #: Added to the age of the oldest file a reader still needs (and the least retention):
+    #: time for a reader's batch in flight, a batch job's snapshot and writes not committed.
+    retention_margin: Duration = timedelta(hours=1)
+    #: Tries of a partition's compaction that loses a race against a writer.
+    attempts: int = Field(default=3, ge=1)
+
+    @model_validator(mode="after")
+    def _not_negative(self) -> MaintainSettings:
+        for name in ("closed_after", "retention_margin"):
+            if getattr(self, name) < timedelta(0):
+                raise ValueError(f"{name} must not be negative")
+        return self
+
+
 def _default_kafka_jars() -> Path:
     return _default_jars_cache().parent / "kafka"
 
@@ -351,6 +372,7 @@ class Config(_Section):
     run: RunSettings = Field(default_factory=RunSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    maintain: MaintainSettings = Field(default_factory=MaintainSettings)
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
         return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})

@@ -39,6 +39,21 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(microseconds=round(float(amount) * _UNITS_US[unit]))
 
 
+_INTERVAL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)")
+_WEEK = re.compile(r"^weeks?$", re.IGNORECASE)
+
+
+def parse_interval(text: str) -> timedelta:
+    """Parse an interval as Delta's table properties hold it ("interval 1 week",
+    "interval 2 days 12 hours", "168 hours"); ValueError otherwise."""
+    body = text.strip().lower().removeprefix("interval").strip()
+    parts = _INTERVAL_PART.findall(body)
+    if not parts or _INTERVAL_PART.sub("", body).strip():
+        raise ValueError(f"expected an interval like 'interval 7 days', got {text!r}")
+    return sum((timedelta(weeks=float(amount)) if _WEEK.match(unit)
+                else parse_duration(f"{amount} {unit}") for amount, unit in parts), timedelta())
+
+
 def spark_interval(duration: timedelta) -> str:
     """Format a timedelta as an interval string Spark accepts (windows, watermarks, triggers)."""
     micros = duration // timedelta(microseconds=1)

@@ -53,6 +53,12 @@ class Storage:
             return []
         return [_entry(info) for info in infos]
 
+    def files_below(self, path: str) -> list[Entry]:
+        """The files of a folder and of all its subfolders (none when it does not exist)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True,
+                                                        allow_not_found=True))
+        return [_entry(info) for info in infos if info.type == pafs.FileType.File]
+
     def read_text(self, path: str) -> str:
         with self.fs.open_input_stream(path) as stream:
             return stream.read().decode("utf-8")

@@ -1,0 +1,69 @@
+"""Which partitions are compacted: closed ones with two or more small files."""
+
+import threading
+from datetime import date
+
+import pytest
+from delta.tables import DeltaTable
+
+from abstream.errors import AbstreamError
+from abstream.lag.deltalog import DataFile
+from abstream.maintain.compaction import Compaction, Partition, candidates, compact
+from abstream.maintain.vacuum import snapshot
+from tests.helpers import wait_until
+
+SMALL = 1_000
+
+
+def _file(path: str, size: int = 100) -> DataFile:
+    return DataFile(path, size, 0, 1)
+
+
+def test_closed_days_with_several_small_files_are_candidates():
+    files = [_file("event_date=2026-01-04/a.parquet"), _file("event_date=2026-01-04/b.parquet"),
+             _file("event_date=2026-01-04/big.parquet", SMALL),
+             _file("event_date=2026-01-05/c.parquet"), _file("event_date=2026-01-05/d.parquet"),
+             _file("event_date=2026-01-03/alone.parquet")]
+    found = candidates(files, ("event_date",), "event_date", date(2026, 1, 5), SMALL)
+    # 01-05 is still open; 01-03 has one small file only: nothing for OPTIMIZE to merge.
+    assert found == [Partition((("event_date", "2026-01-04"),), 2, 200)]
+    assert found[0].predicate == "event_date = '2026-01-04'"
+    assert found[0].label == "event_date=2026-01-04"
+
+
+def test_a_table_without_a_day_column_is_compacted_per_partition():
+    files = [_file(f"layer={layer}/{n}.parquet") for layer in ("speed", "batch") for n in "ab"]
+    found = candidates(files, ("layer",), None, date(2026, 1, 5), SMALL)
+    assert [p.label for p in found] == ["layer=batch", "layer=speed"]
+
+
+def test_partition_values_come_from_the_folders_nested_and_quoted():
+    files = [_file("layer=speed/visit_date=2026-01-01/a.parquet"),
+             _file("layer=speed/visit_date=2026-01-01/b.parquet"),
+             _file("layer=o%27brien/visit_date=__HIVE_DEFAULT_PARTITION__/c.parquet"),
+             _file("layer=o%27brien/visit_date=__HIVE_DEFAULT_PARTITION__/d.parquet")]
+    (found,) = candidates(files, ("layer", "visit_date"), "visit_date", date(2026, 1, 5), SMALL)
+    assert found.predicate == "layer = 'speed' AND visit_date = '2026-01-01'"
+    nulls = candidates(files, ("layer", "visit_date"), None, date(2026, 1, 5), SMALL)
+    assert nulls[0].predicate == "layer = 'o''brien' AND visit_date IS NULL"
+    with pytest.raises(AbstreamError, match="not in a folder per partition value"):
+        candidates([_file("a.parquet")], ("layer",), None, date(2026, 1, 5), SMALL)
+
+
+def test_a_compaction_that_loses_a_race_is_tried_again(spark, tmp_path, caplog):
+    path = str(tmp_path / "table")
+    spark.range(600).selectExpr("id", "'2026-01-05' AS day").repartition(60) \
+        .write.format("delta").partitionBy("day").save(path)
+    (partition,) = candidates(snapshot(path), ("day",), "day", date(2026, 1, 6), SMALL * 1000)
+    DeltaTable.forPath(spark, path).detail().collect()  # the log read: no job of its own later
+    tracker = spark.sparkContext.statusTracker()
+    result: list[Compaction] = []
+    racer = threading.Thread(target=lambda: result.append(compact(spark, path, partition, 2)))
+    racer.start()
+    wait_until(tracker.getActiveJobsIds, "OPTIMIZE to start rewriting")
+    # Removes the files OPTIMIZE is rewriting, and commits before it does.
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE day = '2026-01-05'")
+    racer.join(timeout=300)
+    (compaction,) = result
+    assert (compaction.retries, compaction.skipped, compaction.files_removed) == (1, False, 0)
+    assert "lost a race with a writer" in caplog.text
