@@ -136,7 +136,10 @@ def listening_addresses(pid: int) -> set[tuple[ipaddress.IPv4Address | ipaddress
                         inodes.add(target[8:-1])
     found = set()
     for table in ("tcp", "tcp6"):
-        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:  # the process has ended
+            return found
         for line in lines:
             fields = line.split()
             local, state, inode = fields[1], fields[3], fields[9]

@@ -23,6 +23,7 @@ from abstream.kafka.broker import PLAIN_LOGIN_MODULE, LocalBroker
 from abstream.kafka.topics import ensure_topics
 from abstream.lag import LagMonitor, MonitoredSource
 from abstream.runner import run_once
+from tests.helpers import reconfigure
 from tests.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER, kafka_context, read_topic
 from tests.servers import free_port, is_loopback, listening_addresses
 
@@ -80,7 +81,8 @@ def test_a_wrong_password_is_one_line_without_the_password(ctx, kafka_broker, ca
                         r"authentication error: Authentication failed: Invalid username or "
                         r"password.*", str(caught.value))
 
-    ctx = sasl_context(ctx, kafka_broker, "sasl-wrong", spark_password=wrong)
+    ctx = reconfigure(sasl_context(ctx, kafka_broker, "sasl-wrong", spark_password=wrong),
+                      "run", max_restarts=0)
     with pytest.raises(AbstreamError) as caught:
         run_once(ctx, [COMPONENTS["validate"]])
     assert re.fullmatch(r"validate failed: .*SaslAuthenticationException: Authentication "
