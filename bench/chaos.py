@@ -128,11 +128,12 @@ class ChaosSettings:
     work: Path
     source: str = "files"
     kills: int = 20
-    events: int = 25_000
-    rate: float = 100.0
+    events: int = 15_000
+    rate: float = 25.0
     seed: int = 1
-    #: A kill comes this many seconds after the (re)start, drawn uniformly.
-    wait: tuple[float, float] = (3.0, 20.0)
+    #: A kill comes this many seconds after the (re)started run plans its first
+    #: micro-batch, drawn uniformly.
+    wait: tuple[float, float] = (0.0, 15.0)
 
 
 @dataclass
@@ -246,39 +247,57 @@ def kill_group(process: subprocess.Popen[str]) -> None:
     raise RuntimeError(f"process group {process.pid} outlived SIGKILL")
 
 
+def _last(folder: Path) -> int:
+    """The highest micro-batch number in a checkpoint's ``offsets`` or ``commits``."""
+    return max((int(p.name) for p in folder.glob("*") if p.name.isdigit()), default=-1)
+
+
+def planned(side: Side) -> dict[str, int]:
+    """Each component's last planned micro-batch (-1 before its first)."""
+    return {component.name: _last(Path(side.layout.checkpoint(component.name)) / "offsets")
+            for component in pipeline_components(side.config)}
+
+
 def in_flight(side: Side) -> list[str]:
     """The components whose checkpoint holds a planned micro-batch it has not committed."""
-    def last(folder: Path) -> int:
-        numbers = [int(p.name) for p in folder.glob("*") if p.name.isdigit()]
-        return max(numbers, default=-1)
+    return [name for name, last in planned(side).items()
+            if last > _last(Path(side.layout.checkpoint(name)) / "commits")]
 
-    return [component.name for component in pipeline_components(side.config)
-            if last(Path(side.layout.checkpoint(component.name)) / "offsets")
-            > last(Path(side.layout.checkpoint(component.name)) / "commits")]
+
+def running(side: Side, process: subprocess.Popen[str], timeout: float = 300.0) -> float:
+    """Wait until a component of ``process`` plans a micro-batch (its queries are running,
+    not still starting); the seconds that took."""
+    began, before = time.monotonic(), planned(side)
+    while time.monotonic() - began < timeout and process.poll() is None:
+        if any(last > before[name] for name, last in planned(side).items()):
+            break
+        time.sleep(0.2)
+    return time.monotonic() - began
 
 
 def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
                 generating: Callable[[], bool]) -> Counter[str]:
-    """Start ``abstream run``, kill its group at a random moment, again and again; how many
-    kills caught each component in the middle of a micro-batch."""
+    """Start ``abstream run``, and once its queries run, kill its group at a random moment;
+    again and again. How many kills caught each component in the middle of a micro-batch."""
     kills, caught = 0, Counter[str]()
     while kills < settings.kills:
         process = side.start(f"run-{kills + 1:02d}", "run", "--no-exporter")
+        started = running(side, process)
         wait = rng.uniform(*settings.wait)
         try:
             process.wait(wait)
         except subprocess.TimeoutExpired:
             kill_group(process)
             kills += 1
-            running = in_flight(side)
-            caught.update(running)
-            log.info("kill %d/%d: SIGKILL after %.1f s (%s; mid-batch: %s); restarting",
-                     kills, settings.kills, wait,
-                     "input still coming" if generating() else "input complete",
-                     ", ".join(running) or "none")
+            busy = in_flight(side)
+            caught.update(busy)
+            log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
+                     "the start; %s; mid-batch: %s); restarting", kills, settings.kills, wait,
+                     started + wait, "input still coming" if generating() else
+                     "input complete", ", ".join(busy) or "none")
             continue
-        raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}) "
-                           f"after {wait:.1f} s at most; see {side.logs}")
+        raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
+                           f"see {side.logs}")
     return caught
 
 
@@ -499,7 +518,8 @@ def main() -> int:
                         help="records per second")
     parser.add_argument("--seed", type=int, default=1, help="of the records and the kills")
     parser.add_argument("--wait", type=float, nargs=2, default=ChaosSettings.wait,
-                        metavar=("MIN", "MAX"), help="seconds from a (re)start to its kill")
+                        metavar=("MIN", "MAX"),
+                        help="seconds from a (re)started run's first micro-batch to its kill")
     parser.add_argument("--work", type=Path,
                         help="its data (default bench/results/work-chaos-SOURCE)")
     args = parser.parse_args()
