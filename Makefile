@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint jars bench bench-ceiling bench-growth bench-sustained bench-tuning \
-	bench-sessionize bench-lag-scrape bench-latency bench-deps system-deps clean help
+	bench-sessionize bench-lag-scrape bench-latency chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -20,6 +20,8 @@ help:
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
+	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
+	@echo "            or duplicated (ARGS='--source kafka', '--kills N')"
 	@echo "            (every benchmark writes its results to bench/results/)"
 	@echo "make lint   ruff"
 
@@ -70,6 +72,9 @@ bench-lag-scrape: bench-deps
 
 bench-latency: $(STAMP) jars
 	$(BIN)/python bench/latency.py $(ARGS)
+
+chaos: bench-deps
+	$(BIN)/python -m bench.chaos $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -127,6 +127,15 @@ def test_an_explicit_range_stops_at_the_end_of_the_data(ctx):
     assert run_batch(ctx, BatchRequest("range", at(10), at(12))).ranges == []
 
 
+def test_a_range_with_no_event_in_its_windows_is_computed_and_covered(ctx):
+    """Events around it, none in it: the chunk's gold query has nothing to join."""
+    ingest(ctx, "quiet", [("a", at(8)), ("b", at(11))])
+    result = run_batch(ctx, BatchRequest("range", at(9), at(9, 15)))
+    assert (result.chunks, result.events, result.metric_rows) == (1, 0, 0)
+    assert [c.range for c in latest_coverage(ctx.spark, ctx.layout)] == \
+        [TimeRange(at(9), at(9, 15))]
+
+
 def test_duplicates_that_passed_the_stream_are_counted_once(ctx):
     ingest(ctx, "dupes", [("a", at(1)), ("a", at(1, 10)), ("b", at(1, 20))])
     events = read_table(ctx.spark, EVENTS_TABLE, ctx.layout)

@@ -247,7 +247,7 @@ def _compute_chunk(ctx: Context, chunk: TimeRange, bronze: Bronze, tables: Table
     covered = Covered(
         range_start=chunk.start, range_end=chunk.end, depends_from=result.depends_from,
         depends_until=result.depends_until, bronze_version=bronze.version,
-        events=result.counts.get["events"], visits=visits, metric_rows=metric_rows,
+        events=result.events, visits=visits, metric_rows=metric_rows,
         run_id=run_id, computed_at=datetime.now(UTC),
     )
     record(ctx.spark, ctx.layout, covered)

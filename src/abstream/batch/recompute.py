@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from abstream.batch.ranges import TimeRange
@@ -32,12 +32,12 @@ BATCH = "batch"
 @dataclass(frozen=True)
 class Recomputed:
     """One range's batch-layer rows and what they depend on. The sessionized events (on
-    disk) and the assembled visits (cached) stay until ``release``; ``counts`` fills in
-    (events, gold rows) once gold has been written."""
+    disk) and the assembled visits (cached) stay until ``release``."""
 
     visits: DataFrame
     gold: DataFrame
-    counts: Observation
+    #: Events in the range.
+    events: int
     depends_from: datetime
     depends_until: datetime
     events_on_disk: DataFrame
@@ -117,9 +117,11 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         read = TimeRange(data.start if cut_before else read.start,
                          data.end if cut_after else read.end)
 
-    counts = Observation("batch")
-    in_windows = started.where(between("event_ts", span.start, needed_end)).observe(
-        counts, F.count_if(F.col("event_ts") < micros(span.end)).alias("events"))
+    # Counted from the events on disk, not observed on the way to gold: where no event is
+    # in the range's windows, Spark answers the gold query without running that branch,
+    # and an observation there would never be filled in.
+    events = started.where(between("event_ts", span.start, span.end)).count()
+    in_windows = started.where(between("event_ts", span.start, needed_end))
     gold = metrics.with_lineage(
         metrics.experiment_metrics(
             sessions.event_targets(in_windows, sessions.visit_entries(visits)),
@@ -132,7 +134,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         visits=sessions.with_lineage(visits.where(between("visit_start", span.start, span.end)),
                                      BATCH),
         gold=gold,
-        counts=counts,
+        events=events,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),
         events_on_disk=started,

@@ -1,0 +1,540 @@
+"""Chaos: the speed layer killed with SIGKILL at random moments while a steady stream comes
+in, restarted each time, and compared with a crash-free run over the same records.
+
+A generator lands beacons at a fixed rate (``abstream generate --rate``: a file a second,
+or records produced to a Kafka topic). ``abstream run`` (all components of the source, in a
+process group of its own: the Python driver and its JVM) is killed with SIGKILL of the whole
+group at seeded random moments and started again, ``--kills`` times; then ``abstream run
+--once`` drains what is left. ``abstream batch --since-last`` is killed the same way in the
+middle of a chunk and run again, then ``abstream batch --all`` runs. The crash-free side
+reads the very same records (the same landing files, hard-linked; for Kafka the same
+generated records produced to topics of its own) with ``run_once`` and ``run_batch`` in this
+process, uninterrupted.
+
+What is compared, and why (each a multiset of rows: a row the crash-free side holds more
+often is lost, one the chaos side holds more often is a duplicate):
+
+- bronze ``events``: every column the contract defines (event_id, time, session, visitor,
+  type, page, experiments, amounts, event_date). Left out: ``ingested_at`` (when a run wrote
+  it) and the provenance of the copy kept, ``source_file`` and ``arrived_at``: two
+  deliveries of one event_id are the same record, and which one the de-duplication keeps
+  depends on how the input was cut into micro-batches.
+- quarantine ``rejected``: ``raw``, ``reason`` and ``source_file`` reduced to the file's
+  name or the record's ``partition/offset`` (each side has its own folder and topic);
+  ``arrived_at`` too for files (the hard-linked files share it). Left out: ``ingested_at``
+  and ``ingest_date`` (the write's wall clock), and for Kafka ``arrived_at`` (each side's
+  topic has its own broker append times).
+- silver ``sessions`` of the speed layer: every column but ``computed_at``.
+- gold ``experiment_metrics`` of the speed layer: its rows are increments (one per key and
+  micro-batch that changed it), so the comparison is per key (experiment, variant,
+  population, window) of the sums of every measure. Left out: the visitor sketches and
+  their estimates (HLL; the batch layer's exact counts are compared below) and
+  ``computed_at``.
+- the batch layer after ``batch --since-last`` (chaos: killed mid-chunk, then run again)
+  and again after ``batch --all``: sessions and gold rows of ``layer = 'batch'`` (exact
+  visitor counts included; ``computed_at`` and the sketch bytes left out) and the latest
+  ``batch_coverage`` of each range (without ``run_id``, ``computed_at`` and
+  ``bronze_version``, which count each side's own commits).
+- the serving view of each side after ``batch --all``: its totals per experiment, variant
+  and population equal the plain-Python reference of the metric contract
+  (``tests/reference.py``) over the generated records.
+
+The stream is shaped so that the speed layer's results do not depend on where micro-batches
+start and end, which is what makes a crash-free run the oracle: events arrive at most
+``late_max`` (10 minutes) late, within ``sessionize.lateness`` (15 minutes), and
+sessionize takes whole bronze commits (``sessionize.max_files_per_trigger``: with the
+default of 2 files, a micro-batch can end between the files ingest wrote for two event
+dates in one commit; the next file's events, older than the ones just read, are then behind
+the watermark), so the watermark drops none: the crash-free run's ``late_rows_dropped``
+is checked to be 0. ``ingest.dedupe_window`` is an hour, above the time the restarts take
+together, as the README asks. Event times are a fixed day in the past, so
+``--since-last``'s closed horizon follows the data, not the clock.
+
+    python -m bench.chaos [--source files|kafka] [--kills 20] [--events N] [--rate R]
+
+Progress goes to stderr, a line per kill and restart; the last line of stdout is one JSON
+object (also written to bench/results/): ``kills``, ``lost_rows``, ``duplicate_rows``,
+``mismatched_tables`` (all three 0 to pass, and no late row dropped by the crash-free run;
+the exit code is 1 otherwise), ``seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.throughput import log_progress, machine, write_result
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from tests import reference
+from tests.helpers import landing_records, totals
+from tests.servers import free_port
+
+from abstream.batch import BatchRequest, run_batch
+from abstream.batch.coverage import latest_coverage
+from abstream.components import pipeline_components
+from abstream.config import Config, load_config
+from abstream.generator import GeneratorSettings, generate, generate_to_kafka
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    REJECTED_TABLE,
+    SESSIONS_TABLE,
+    TableSpec,
+    read_table,
+)
+from abstream.kafka.broker import LocalBroker
+from abstream.kafka.topics import ensure_topics
+from abstream.layout import Layout
+from abstream.runner import pipeline, run_once
+from abstream.serving import serving_view
+
+log = logging.getLogger("bench.chaos")
+HERE = Path(__file__).parent
+#: Event time of the stream: one fixed day in the past (a single event_date).
+START = datetime(2026, 1, 5, 1, tzinfo=UTC)
+SPAN = timedelta(hours=20)
+LATE_MAX = timedelta(minutes=10)
+GOLD_KEY = ("experiment_id", "variant", "population", "window_start", "window_end")
+GOLD_SUMS = ("events", "pageviews", "add_to_carts", "orders", "revenue", "revenue_sq", "units",
+             "errors", "page_load_ms_sum", "page_load_count", "visits", "bounces",
+             "error_visits")
+COVERAGE_COLUMNS = ("range_start", "range_end", "depends_from", "depends_until", "events",
+                    "visits", "metric_rows")
+CHUNK_DONE = re.compile(r"batch (\d+)/(\d+) .* in ([\d.]+) s")
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    """One chaos run: how much input, how fast, how many kills and when."""
+
+    work: Path
+    source: str = "files"
+    kills: int = 20
+    events: int = 15_000
+    rate: float = 25.0
+    seed: int = 1
+    #: A kill comes this many seconds after the (re)started run plans its first
+    #: micro-batch, drawn uniformly.
+    wait: tuple[float, float] = (0.0, 15.0)
+
+
+@dataclass
+class Comparison:
+    """Rows lost and duplicated per compared table."""
+
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, name: str, expected: int, actual: int, lost: int, extra: int) -> None:
+        self.tables[name] = {"expected_rows": expected, "rows": actual, "lost": lost,
+                             "duplicate": extra}
+        mark = "ok" if lost == extra == 0 else "MISMATCH"
+        log.info("compare %s: %d rows, %d expected, %d lost, %d duplicate [%s]", name, actual,
+                 expected, lost, extra, mark)
+
+    def frames(self, name: str, expected: DataFrame, actual: DataFrame) -> None:
+        self.add(name, expected.count(), actual.count(), expected.exceptAll(actual).count(),
+                 actual.exceptAll(expected).count())
+
+    def rows(self, name: str, expected: Iterable[object], actual: Iterable[object]) -> None:
+        want, have = Counter(expected), Counter(actual)
+        self.add(name, want.total(), have.total(), (want - have).total(),
+                 (have - want).total())
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "lost_rows": sum(t["lost"] for t in self.tables.values()),
+            "duplicate_rows": sum(t["duplicate"] for t in self.tables.values()),
+            "mismatched_tables": sum(t["lost"] + t["duplicate"] > 0
+                                     for t in self.tables.values()),
+        }
+
+
+def config_document(source: str, data_dir: Path, topics: dict[str, str] | None,
+                    bootstrap_servers: str | None) -> dict[str, Any]:
+    """The settings both sides run with (the chaos side's processes read them from a file)."""
+    document: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "source": source,
+        "spark": {"conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}},
+        "ingest": {"trigger": "1 second", "dedupe_window": "1 hour"},
+        "sessionize": {"trigger": "1 second", "lateness": "15 minutes",
+                       "max_files_per_trigger": 1000},
+        "archive": {"trigger": "1 second"},
+        "batch": {"chunk": "12 hours", "chunk_events": 1},
+    }
+    if topics is not None:
+        document["kafka"] = {"bootstrap_servers": bootstrap_servers, **topics}
+    return document
+
+
+def generator_settings(settings: ChaosSettings, rate: float | None) -> GeneratorSettings:
+    return GeneratorSettings(events=settings.events, seed=settings.seed, start=START,
+                             span=SPAN, late_max=LATE_MAX, rate=rate)
+
+
+def topics_of(side: str) -> dict[str, str]:
+    return {"topic": f"chaos-{side}", "valid_topic": f"chaos-{side}.valid",
+            "rejected_topic": f"chaos-{side}.rejected"}
+
+
+class Side:
+    """One data dir and its config file."""
+
+    def __init__(self, name: str, work: Path, source: str, broker: LocalBroker | None) -> None:
+        self.name = name
+        self.data_dir = work / name
+        self.data_dir.mkdir(parents=True)
+        self.config_file = work / f"{name}.yaml"
+        topics = topics_of(name) if broker is not None else None
+        self.config_file.write_text(json.dumps(config_document(
+            source, self.data_dir, topics, broker.bootstrap_servers if broker else None)))
+        self.config: Config = load_config(self.config_file, environ={})
+        self.layout = Layout.of(self.data_dir)
+        self.logs = work / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.started = 0
+
+    def command(self, *arguments: str) -> list[str]:
+        return [sys.executable, "-m", "abstream", *arguments, "--config", str(self.config_file)]
+
+    def start(self, label: str, *arguments: str, stderr: int | None = None
+              ) -> subprocess.Popen[str]:
+        """An abstream command in a process group of its own, its output to a log file."""
+        self.started += 1
+        output = (self.logs / f"{self.started:03d}-{label}.log").open("w")
+        return subprocess.Popen(self.command(*arguments), stdout=output,
+                                stderr=subprocess.STDOUT if stderr is None else stderr,
+                                text=True, start_new_session=True,
+                                env={k: v for k, v in os.environ.items()
+                                     if not k.startswith("ABSTREAM__")})
+
+    def run(self, label: str, *arguments: str) -> None:
+        process = self.start(label, *arguments)
+        if process.wait() != 0:
+            raise RuntimeError(f"abstream {' '.join(arguments)} failed (exit "
+                               f"{process.returncode}); see {self.logs}")
+
+
+def kill_group(process: subprocess.Popen[str]) -> None:
+    """SIGKILL to the process's whole group (driver and JVM), then wait until none is left."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"process group {process.pid} outlived SIGKILL")
+
+
+def _last(folder: Path) -> int:
+    """The highest micro-batch number in a checkpoint's ``offsets`` or ``commits``."""
+    return max((int(p.name) for p in folder.glob("*") if p.name.isdigit()), default=-1)
+
+
+def planned(side: Side) -> dict[str, int]:
+    """Each component's last planned micro-batch (-1 before its first)."""
+    return {component.name: _last(Path(side.layout.checkpoint(component.name)) / "offsets")
+            for component in pipeline_components(side.config)}
+
+
+def in_flight(side: Side) -> list[str]:
+    """The components whose checkpoint holds a planned micro-batch it has not committed."""
+    return [name for name, last in planned(side).items()
+            if last > _last(Path(side.layout.checkpoint(name)) / "commits")]
+
+
+def running(side: Side, process: subprocess.Popen[str], timeout: float = 300.0) -> float:
+    """Wait until a component of ``process`` plans a micro-batch (its queries are running,
+    not still starting); the seconds that took."""
+    began, before = time.monotonic(), planned(side)
+    while time.monotonic() - began < timeout and process.poll() is None:
+        if any(last > before[name] for name, last in planned(side).items()):
+            break
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
+def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
+                generating: Callable[[], bool]) -> Counter[str]:
+    """Start ``abstream run``, and once its queries run, kill its group at a random moment;
+    again and again. How many kills caught each component in the middle of a micro-batch."""
+    kills, caught = 0, Counter[str]()
+    while kills < settings.kills:
+        process = side.start(f"run-{kills + 1:02d}", "run", "--no-exporter")
+        started = running(side, process)
+        wait = rng.uniform(*settings.wait)
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            kills += 1
+            busy = in_flight(side)
+            caught.update(busy)
+            log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
+                     "the start; %s; mid-batch: %s); restarting", kills, settings.kills, wait,
+                     started + wait, "input still coming" if generating() else
+                     "input complete", ", ".join(busy) or "none")
+            continue
+        raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
+                           f"see {side.logs}")
+    return caught
+
+
+def kill_batch_mid_chunk(side: Side, rng: random.Random) -> bool:
+    """``abstream batch --since-last`` killed part way into its second chunk (or its first,
+    if it has only one); whether it was killed before it ended."""
+    process = side.start("batch-killed", "batch", "--since-last", stderr=subprocess.PIPE)
+    chunk_seconds: list[float] = []
+    first_done = threading.Event()
+    log_file = side.logs / f"{side.started:03d}-batch-killed.log"
+
+    def read() -> None:
+        assert process.stderr is not None
+        with log_file.open("a") as output:
+            for line in process.stderr:
+                output.write(line)
+                found = CHUNK_DONE.search(line)
+                if found:
+                    chunk_seconds.append(float(found[3]))
+                    first_done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    while not first_done.wait(0.2) and process.poll() is None:
+        pass
+    delay = rng.uniform(0.2, 0.8) * (chunk_seconds[0] if chunk_seconds else 5.0)
+    try:
+        process.wait(delay)
+        killed = False
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        killed = True
+    reader.join()
+    log.info("batch --since-last: %s after chunk %d + %.1f s", "SIGKILL" if killed
+             else "ended before the kill", len(chunk_seconds), delay)
+    return killed
+
+
+def speed_frames(spark: SparkSession, layout: Layout, source: str) -> dict[str, DataFrame]:
+    """The speed layer's tables as compared (see the module's docstring)."""
+    run_specific = {"ingested_at", "ingest_date"} | ({"arrived_at"} if source == "kafka"
+                                                     else set())
+    rejected = read_table(spark, REJECTED_TABLE, layout)
+    return {
+        "events": read_table(spark, EVENTS_TABLE, layout).drop(
+            "source_file", "arrived_at", "ingested_at"),
+        "rejected": rejected.withColumn("source_file", _provenance(F.col("source_file")))
+        .drop(*run_specific),
+        "sessions": _layer(spark, SESSIONS_TABLE, layout, "speed").drop("computed_at"),
+        "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "speed")
+        .groupBy(*GOLD_KEY).agg(*(F.sum(m).alias(m) for m in GOLD_SUMS)),
+    }
+
+
+def compare_batch(comparison: Comparison, stage: str, spark: SparkSession, expected: Layout,
+                  actual: Layout) -> None:
+    """The batch layer's tables as compared: its sessions, its gold rows, the latest
+    coverage of each range."""
+    def frames(layout: Layout) -> dict[str, DataFrame]:
+        return {
+            "sessions": _layer(spark, SESSIONS_TABLE, layout, "batch").drop("computed_at"),
+            "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "batch")
+            .drop("computed_at", "visitors_sketch"),
+        }
+
+    def coverage(layout: Layout) -> list[tuple[object, ...]]:
+        return [tuple(getattr(c, name) for name in COVERAGE_COLUMNS)
+                for c in latest_coverage(spark, layout)]
+
+    compare(comparison, stage, frames(expected), frames(actual))
+    comparison.rows(f"{stage} batch_coverage", coverage(expected), coverage(actual))
+
+
+def _layer(spark: SparkSession, spec: TableSpec, layout: Layout, layer: str) -> DataFrame:
+    return read_table(spark, spec, layout).where(F.col("layer") == layer)
+
+
+def _provenance(column: Column) -> Column:
+    """A file's name, or a Kafka record's ``partition/offset``, without the side's folder
+    or topic."""
+    return F.regexp_replace(column, r"^kafka://[^/]+/|^.*/", "")
+
+
+def compare(comparison: Comparison, stage: str, expected: dict[str, DataFrame],
+            actual: dict[str, DataFrame]) -> None:
+    for name, frame in expected.items():
+        comparison.frames(f"{stage} {name}", frame, actual[name])
+
+
+def serving_totals(spark: SparkSession, layout: Layout) -> list[tuple[object, ...]]:
+    return [(*key, *sorted(values.items())) for key, values in
+            totals(serving_view(spark, layout, None)).items()]
+
+
+def reference_totals(lines: list[str]) -> list[tuple[object, ...]]:
+    events = reference.valid_unique_events(lines)
+    return [(*key, *sorted(values.items())) for key, values in
+            reference.totals(reference.visits(events)).items()]
+
+
+@contextmanager
+def kafka_broker(settings: ChaosSettings) -> Iterator[LocalBroker | None]:
+    """A real single-node broker on free loopback ports for ``source: kafka``."""
+    if settings.source != "kafka":
+        yield None
+        return
+    jars = load_config(None, environ={}).kafka.local.jars_cache
+    broker = LocalBroker(settings.work / "broker", jars, port=free_port(),
+                         controller_port=free_port())
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
+    """The whole chaos run; the result with every figure (see the module's docstring)."""
+    began = time.monotonic()
+    rng = random.Random(settings.seed)
+    settings.work.mkdir(parents=True, exist_ok=True)
+    with kafka_broker(settings) as broker:
+        chaos = Side("chaos", settings.work, settings.source, broker)
+        crash_free = Side("crash-free", settings.work, settings.source, broker)
+        generator = start_generator(chaos, settings, broker)
+        log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
+                 settings.source, f"{settings.events:,}", settings.rate, settings.kills)
+        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None)
+        if generator.wait() != 0:
+            raise RuntimeError(f"the generator failed; see {chaos.logs}")
+        log.info("draining with abstream run --once")
+        chaos.run("drain", "run", "--once", "--no-exporter")
+        stream_seconds = round(time.monotonic() - began, 1)
+
+        lines = feed_crash_free(chaos, crash_free, settings, broker)
+        comparison = Comparison()
+        with pipeline(crash_free.config) as ctx:
+            log.info("crash-free run over the same records")
+            run_once(ctx, pipeline_components(ctx.config))
+            spark = ctx.spark
+            compare(comparison, "speed", speed_frames(spark, crash_free.layout, settings.source),
+                    speed_frames(spark, chaos.layout, settings.source))
+
+            batch_killed = kill_batch_mid_chunk(chaos, rng)
+            chaos.run("batch-again", "batch", "--since-last")
+            run_batch(ctx, BatchRequest("since_last"))
+            compare_batch(comparison, "batch --since-last", spark, crash_free.layout,
+                          chaos.layout)
+
+            log.info("batch --all on both sides")
+            chaos.run("batch-all", "batch", "--all")
+            run_batch(ctx, BatchRequest("all"))
+            compare_batch(comparison, "batch --all", spark, crash_free.layout, chaos.layout)
+            expected = reference_totals(lines)
+            comparison.rows("serving view (chaos) vs reference", expected,
+                            serving_totals(spark, chaos.layout))
+            comparison.rows("serving view (crash-free) vs reference", expected,
+                            serving_totals(spark, crash_free.layout))
+            late = ctx.stats.as_dict()["sessionize"]["late_rows_dropped"]
+    return {
+        "benchmark": "chaos",
+        "source": settings.source,
+        "kills": settings.kills,
+        **comparison.summary(),
+        "seconds": round(time.monotonic() - began, 1),
+        "stream_seconds": stream_seconds,
+        "kills_mid_batch": dict(caught),
+        "batch_killed_mid_chunk": batch_killed,
+        "records": len(lines),
+        "rate": settings.rate,
+        "seed": settings.seed,
+        "kill_wait_seconds": list(settings.wait),
+        "late_rows_dropped_crash_free": late,
+        "tables": comparison.tables,
+        "machine": machine(),
+        "master": "local[2]",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def start_generator(side: Side, settings: ChaosSettings, broker: LocalBroker | None
+                    ) -> subprocess.Popen[str]:
+    """``abstream generate --rate`` into the chaos side's landing folder or topic."""
+    arguments = ["generate", "--events", str(settings.events), "--seed", str(settings.seed),
+                 "--rate", str(settings.rate), "--start", START.isoformat(),
+                 "--span", f"{SPAN // timedelta(seconds=1)} seconds",
+                 "--late-max", f"{LATE_MAX // timedelta(seconds=1)} seconds"]
+    if broker is not None:
+        arguments += ["--to", "kafka"]
+    return side.start("generate", *arguments)
+
+
+def feed_crash_free(chaos: Side, crash_free: Side, settings: ChaosSettings,
+                    broker: LocalBroker | None) -> list[str]:
+    """The chaos side's records for the crash-free side; every record, in order."""
+    if broker is None:
+        landing = Path(chaos.layout.landing)
+        target = Path(crash_free.layout.landing)
+        target.mkdir(parents=True)
+        for path in sorted(landing.glob("beacons-*")):
+            os.link(path, target / path.name)
+        return landing_records(landing)
+    topic = crash_free.config.kafka.topic
+    ensure_topics(broker.bootstrap_servers, [topic], crash_free.config.kafka.partitions)
+    generate_to_kafka(generator_settings(settings, None), broker.bootstrap_servers, topic)
+    scratch = settings.work / "records"
+    generate(generator_settings(settings, None), scratch)
+    return landing_records(scratch)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", choices=("files", "kafka"), default="files")
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--events", type=int, default=ChaosSettings.events,
+                        help="records generated (the stream lasts events / rate seconds)")
+    parser.add_argument("--rate", type=float, default=ChaosSettings.rate,
+                        help="records per second")
+    parser.add_argument("--seed", type=int, default=1, help="of the records and the kills")
+    parser.add_argument("--wait", type=float, nargs=2, default=ChaosSettings.wait,
+                        metavar=("MIN", "MAX"),
+                        help="seconds from a (re)started run's first micro-batch to its kill")
+    parser.add_argument("--work", type=Path,
+                        help="its data (default bench/results/work-chaos-SOURCE)")
+    args = parser.parse_args()
+    log_progress()
+    work = args.work or HERE / "results" / f"work-chaos-{args.source}"
+    shutil.rmtree(work, ignore_errors=True)
+    settings = ChaosSettings(work=work, source=args.source, kills=args.kills,
+                             events=args.events, rate=args.rate, seed=args.seed,
+                             wait=tuple(args.wait))
+    result = run_chaos(settings)
+    write_result(result, f"chaos-{args.source}")
+    passed = result["lost_rows"] == result["duplicate_rows"] == result["mismatched_tables"] \
+        == result["late_rows_dropped_crash_free"] == 0
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

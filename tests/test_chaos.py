@@ -1,0 +1,26 @@
+"""kill -9 under a steady stream: `make chaos`'s harness with a few kills on a small stream
+(files source). The speed layer's tables equal a crash-free run's, the batch layer killed
+mid-chunk and run again equals an uninterrupted one, the serving view equals the reference."""
+
+from pathlib import Path
+
+import pytest
+from bench.chaos import ChaosSettings, run_chaos
+from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.slow
+
+
+def test_kill_9_of_the_speed_and_batch_layers_loses_and_duplicates_nothing(
+        spark: SparkSession, tmp_path: Path) -> None:
+    result = run_chaos(ChaosSettings(work=tmp_path, kills=3, events=2_000, rate=25.0,
+                                     wait=(0.0, 10.0)))
+    assert result["kills"] == 3
+    assert result["batch_killed_mid_chunk"]
+    assert result["late_rows_dropped_crash_free"] == 0, "the stream is shaped for no drops"
+    assert len(result["tables"]) == 12, "every table of both layers and the serving view"
+    failed = {name: table for name, table in result["tables"].items()
+              if table["lost"] or table["duplicate"]}
+    assert not failed
+    assert (result["lost_rows"], result["duplicate_rows"], result["mismatched_tables"]) == \
+        (0, 0, 0)
