@@ -41,7 +41,7 @@ demo: $(STAMP) jars
 
 test: $(STAMP) jars
 	$(BIN)/ruff check src tests bench
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) jars
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -20,6 +20,8 @@ from abstream.config import Config
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
+    # One JVM runs the whole suite: hundreds of streaming queries, Delta logs and caches.
+    "spark.driver.memory": "3g",
 }
 
 
