@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from abstream.errors import UsageError
 from abstream.io.hadoop import HadoopFiles
 from abstream.io.sinks import last_writer
+from abstream.lag.checkpoint import parse_offset
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,9 @@ def _is_whole(text: str, previous: str | None) -> bool:
         return False
     try:
         for line in lines[1:]:
-            if line.strip() != "-" and not line.endswith(":-"):
-                json.loads(line[line.index("{"):] if "{" in line else line)
+            if not line.strip():
+                return False
+            parse_offset(line)
     except ValueError:
         return False
     return True

@@ -49,7 +49,7 @@ class CheckpointReader:
         if self._last is None or self._last.batch_id != batch_id:
             text = self.storage.read_text(self.storage.path("offsets", str(batch_id)))
             lines = text.splitlines()[2:]
-            offsets = tuple(_offset(line) for line in lines)
+            offsets = tuple(parse_offset(line) for line in lines)
             self._last = Committed(batch_id, newest.mtime_ms, offsets)
         return self._last
 
@@ -92,8 +92,9 @@ class CheckpointReader:
         return {p: v for p, v in entries.items() if v[1] <= up_to_batch}
 
 
-def _offset(line: str) -> dict | None:
-    """One source's offset: JSON, ``-`` for none; the v2 log format prefixes a source id."""
+def parse_offset(line: str) -> dict | None:
+    """One source's offset: JSON, ``-`` for none; the v2 log format prefixes a source id.
+    ValueError where the line is neither."""
     text = line.strip()
     if text in ("", "-") or text.endswith(":-"):
         return None

@@ -96,7 +96,7 @@ def maintain(spark: SparkSession, config: Config, dry_run: bool = False,
             log.info("maintain: %s does not exist yet, nothing to do", item.spec.name)
             reports.append(TableReport(item.spec.name, location, dry_run, exists=False))
             continue
-        report = _maintain_table(spark, config, item, readers_of(location, sources),
+        report = _maintain_table(spark, config, item, location, readers_of(location, sources),
                                  dry_run=dry_run, clock=clock)
         log.info("maintain: %s done in %.1f s: %d partitions compacted, %s", item.spec.name,
                  report.seconds, len(report.compacted),
@@ -106,11 +106,10 @@ def maintain(spark: SparkSession, config: Config, dry_run: bool = False,
     return reports
 
 
-def _maintain_table(spark: SparkSession, config: Config, item: Maintained,
+def _maintain_table(spark: SparkSession, config: Config, item: Maintained, location: str,
                     readers: list[MonitoredSource], *, dry_run: bool,
                     clock: Callable[[], float]) -> TableReport:
     began = time.monotonic()
-    location = item.spec.path(Layout.of(config.data_dir))
     settings = config.maintain
     files, stored_before = snapshot(location), stored_files(location)
     closed_before = (datetime.fromtimestamp(clock(), UTC) - settings.closed_after).date()
