@@ -42,12 +42,11 @@ often is lost, one the chaos side holds more often is a duplicate):
 The stream is shaped so that the speed layer's results do not depend on where micro-batches
 start and end, which is what makes a crash-free run the oracle: events arrive at most
 ``late_max`` (10 minutes) late, within ``sessionize.lateness`` (15 minutes), and
-sessionize takes whole bronze commits (``sessionize.max_files_per_trigger``: with the
-default of 2 files, a micro-batch can end between the files ingest wrote for two event
-dates in one commit; the next file's events, older than the ones just read, are then behind
-the watermark), so the watermark drops none: the crash-free run's ``late_rows_dropped``
-is checked to be 0. ``ingest.dedupe_window`` is an hour, above the time the restarts take
-together, as the README asks. Event times are a fixed day in the past, so
+sessionize's watermark moves by bronze commits read whole (a micro-batch of its default 2
+files can end between the files ingest wrote for two event dates in one commit), so the
+watermark drops none: the crash-free run's ``late_rows_dropped`` is checked to be 0.
+``ingest.dedupe_window`` is an hour, above the time the restarts take together, as the
+README asks. Event times are a fixed day in the past, so
 ``--since-last``'s closed horizon follows the data, not the clock.
 
     python -m bench.chaos [--source files|kafka] [--kills 20] [--events N] [--rate R]
@@ -175,8 +174,7 @@ def config_document(source: str, data_dir: Path, topics: dict[str, str] | None,
         "source": source,
         "spark": {"conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}},
         "ingest": {"trigger": "1 second", "dedupe_window": "1 hour"},
-        "sessionize": {"trigger": "1 second", "lateness": "15 minutes",
-                       "max_files_per_trigger": 1000},
+        "sessionize": {"trigger": "1 second", "lateness": "15 minutes"},
         "archive": {"trigger": "1 second"},
         "batch": {"chunk": "12 hours", "chunk_events": 1},
     }

@@ -107,24 +107,28 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
 
 @pytest.mark.slow
 def test_maintain_reports_per_table_and_as_json(spark, tmp_path):
+    from abstream.cli import _maintained
     from abstream.io.tables import EVENTS_TABLE, ensure_table
     from abstream.layout import Layout
+    from abstream.maintain import maintain
+    from tests.helpers import make_config
 
     ensure_table(spark, EVENTS_TABLE, Layout.of(tmp_path))
-    text = _run(["maintain", "--dry-run", "--data-dir", str(tmp_path)], timeout=300)
-    assert text.returncode == 0, text.stderr[-3000:]
-    assert "events (dry run): 0 files (0 B) live, 0 files (0 B) stored" in text.stdout
-    assert "would compact 0 closed partitions" in text.stdout
-    assert "retention 168 h: the table's own delta.deletedFileRetentionDuration" in text.stdout
-    assert "sessions: no table yet" in text.stdout
-    assert "maintain: events (dry run)" in text.stderr, "progress is shown per table"
     json_run = _run(["maintain", "--json", "--data-dir", str(tmp_path)], timeout=300)
+    assert json_run.returncode == 0, json_run.stderr[-3000:]
+    assert "maintain: events done in" in json_run.stderr, "progress is shown per table"
     reports = json.loads(json_run.stdout.strip().splitlines()[-1])
     assert [(r["table"], r["exists"]) for r in reports] == [
         ("events", True), ("rejected", False), ("sessions", False),
         ("experiment_metrics", False)]
     assert reports[0]["vacuumed"] == {"files": 0, "bytes": 0}
     assert "never run" in reports[0]["retention"]["reason"]
+    text = "\n".join(line for report in maintain(spark, make_config(tmp_path), dry_run=True)
+                     for line in _maintained(report))
+    assert "events (dry run): 0 files (0 B) live, 0 files (0 B) stored" in text
+    assert "would compact 0 closed partitions" in text
+    assert "retention 168 h: the table's own delta.deletedFileRetentionDuration" in text
+    assert "sessions: no table yet" in text
 
 
 def test_demo_never_wipes_a_folder_it_did_not_make(tmp_path):

@@ -22,12 +22,16 @@ T0 = datetime(2026, 1, 5, 10, 0)
 ENTRIES = [("exp", "control", False)]
 
 
+def _bronze(rows):
+    """Bronze rows of (id, session, ts)."""
+    return [(event_id, ts, session, "v", "pageview", "/", ENTRIES, None, None, 100, "f", T0,
+             T0, ts.date()) for event_id, session, ts in rows]
+
+
 def _append(ctx, rows):
     """One bronze commit (one micro-batch with maxFilesPerTrigger=1): (id, session, ts)."""
     path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
-    data = [(event_id, ts, session, "v", "pageview", "/", ENTRIES, None, None, 100, "f", T0,
-             T0, ts.date()) for event_id, session, ts in rows]
-    ctx.spark.createDataFrame(data, EVENTS).coalesce(1).write.format("delta") \
+    ctx.spark.createDataFrame(_bronze(rows), EVENTS).coalesce(1).write.format("delta") \
         .mode("append").save(path)
 
 
@@ -63,6 +67,29 @@ def test_events_behind_the_watermark_are_dropped_and_counted(ctx):
     assert stats["state_rows"] == 1, "the event of s2 is held: its visit is still open"
     assert ("s3", 1) not in _visits(ctx)
     assert stats["input_rows"] == 3, "each micro-batch reads its bronze events once"
+
+
+def test_a_commit_read_in_part_makes_none_of_its_events_late(ctx):
+    """An ingest commit holds a file per event date; a micro-batch that ends between them
+    (maxFilesPerTrigger) must not let the later date's events make the earlier's late."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    midnight = datetime(2026, 1, 6)
+    _append(ctx, [("a", "s1", midnight - timedelta(hours=2))])
+    # One commit of two files, written by one task each: the later date's first.
+    later, earlier = (_bronze([row]) for row in (("c", "s3", midnight + timedelta(hours=1)),
+                                                 ("b", "s2", midnight - timedelta(hours=1))))
+    ctx.spark.createDataFrame(ctx.spark.sparkContext.parallelize(later + earlier, 2), EVENTS) \
+        .write.format("delta").mode("append").save(ctx.layout.events)
+    commit = max((Path(ctx.layout.events) / "_delta_log").glob("*.json"))
+    adds = [json.loads(line)["add"] for line in commit.read_text().splitlines()
+            if '"add"' in line]
+    assert [add["partitionValues"]["event_date"] for add in adds] == ["2026-01-06", "2026-01-05"]
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").batches == 3, "one file a micro-batch"
+    assert ctx.stats.component("sessionize").late_rows_dropped == 0
+    # Read whole, the commit moves the watermark to its latest event (1:00, no lateness):
+    # the visits of 22:00 and 23:00 closed, the one of 1:00 is open.
+    assert _visits(ctx) == [("s1", 1), ("s2", 1)]
 
 
 def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):

@@ -7,7 +7,10 @@ open visits they touch, which the component carries from one micro-batch to the 
 instead of its streaming state stores. Each micro-batch
 
 1. drops the new events behind its input watermark (the latest event time seen before the
-   batch, less ``sessionize.lateness``) and counts them;
+   batch, less ``sessionize.lateness``) and counts them. The events of a bronze commit it
+   read only part of (``maxFilesPerTrigger`` ended it there) move the watermark once the
+   commit is read whole: ingest writes a file per event date, and the later date's events
+   must not make the earlier date's, read in the next micro-batch, late;
 2. finds the visits of the new events with the events of the open visits of the sessions
    they touch (``stages.sessions``) and writes them, once, as the micro-batch's state
    snapshot;
@@ -49,7 +52,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.components.base import Component, Context, stream_writer
 from abstream.io import sinks
-from abstream.io.sources import delta_stream
+from abstream.io.sources import UnfinishedCommit, delta_stream, unfinished_commit
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
     EVENTS_TABLE,
@@ -175,6 +178,35 @@ def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
     return tuple(sorted(row["generation"] for row in rows))
 
 
+def _arrived(batch: DataFrame, watermark: int | None, pending: Column) -> DataFrame:
+    """The micro-batch's events as sessionized (``SESSION_INPUT``, not yet counted), each
+    ``late`` when behind ``watermark`` (epoch microseconds) and ``pending`` when of a commit
+    read in part."""
+    late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
+    return batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
+                        late.alias("late"), pending.alias("pending"))
+
+
+def _seen(previous: Snapshot | None, newest: int | None, newest_pending: int | None,
+          unfinished: UnfinishedCommit | None
+          ) -> tuple[int | None, tuple[int, int | None] | None]:
+    """The latest event time of the commits read whole after a micro-batch whose events
+    not of the commit it read part of (``unfinished``) go up to ``newest``, and those of it
+    to ``newest_pending``; and the commit read in part, with the latest event time read of
+    it so far. The commit ``previous`` read part of is read whole unless the micro-batch
+    ended in it too."""
+    whole = [previous.seen_until, newest] if previous is not None else [newest]
+    part = [newest_pending]
+    if previous is not None and previous.unfinished is not None:
+        version, newest_read = previous.unfinished
+        same = unfinished is not None and unfinished.version == version
+        (part if same else whole).append(newest_read)
+    seen_until = max((t for t in whole if t is not None), default=None)
+    if unfinished is None:
+        return seen_until, None
+    return seen_until, (unfinished.version, max((t for t in part if t is not None), default=None))
+
+
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
     """Whether a visit is still open when the watermark is ``closing_at``."""
     if closing_at is None:
@@ -191,12 +223,15 @@ def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
 def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -> Observation:
     """Write the events of the micro-batch's visits (``started``) as its snapshot's events
     part, late ones with no visit; observed: how many were late, and the newest event time
-    (epoch microseconds)."""
+    (epoch microseconds) of those ``pending`` (of a commit read in part) and of the
+    others."""
     seen = Observation()
     state.write(batch_id, EVENTS, started
                 .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
                 .observe(seen, F.count_if("late").alias("late"),
-                         F.unix_micros(F.max("event_ts")).alias("newest")))
+                         *(F.unix_micros(F.max(F.when(pending, F.col("event_ts")))).alias(name)
+                           for name, pending in (("newest", ~F.col("pending")),
+                                                 ("newest_pending", F.col("pending"))))))
     return seen
 
 
@@ -265,7 +300,8 @@ def build(ctx: Context) -> DataStreamWriter:
         ensure_table(spark, METRICS_TABLE, ctx.layout), METRICS_TABLE.partition_by))
     snapshot_events = timed("events snapshot", _snapshot_events)
     leave_open = timed("visits and open snapshot", _leave_open)
-    state = StateSnapshots(spark, ctx.layout.checkpoint(NAME) + "/state",
+    checkpoint = ctx.layout.checkpoint(NAME)
+    state = StateSnapshots(spark, checkpoint + "/state",
                            {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
                             CARRIED: SESSION_STATE})
     stream = metrics.observe_freshness(
@@ -274,10 +310,9 @@ def build(ctx: Context) -> DataStreamWriter:
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)
         seen_before = previous.seen_until if previous is not None else None
-        watermark = source_watermark(seen_before, lateness)
-        late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
-        new = batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
-                           late.alias("late"))
+        unfinished = unfinished_commit(spark, checkpoint, events_path, batch_id)
+        new = _arrived(batch, source_watermark(seen_before, lateness),
+                       F.lit(False) if unfinished is None else unfinished.holds())
         held_visits, generations = _held(state, previous)
         new, touched = _touched(new, held_visits, previous)
         # Read three times (its snapshots, their events, its whole rows): cached, it scans
@@ -289,15 +324,15 @@ def build(ctx: Context) -> DataStreamWriter:
             touched_in = _snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
                 _generations(state, touched_in).join(touched, "session_id", "left_semi"),
-                touched_visits).drop("visit_start")
+                touched_visits).drop("visit_start").withColumn("pending", F.lit(False))
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
             started = sessions.with_visit_start(held_touched.unionByName(new), gap,
                                                 apart=("late",))
             seen = snapshot_events(state, batch_id, started)
-            seen_until = max((t for t in (seen_before, seen.get["newest"]) if t is not None),
-                             default=None)
+            seen_until, reading = _seen(previous, seen.get["newest"],
+                                        seen.get["newest_pending"], unfinished)
             # Everything below reads the snapshot just written: the micro-batch is sessionized
             # once.
             sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
@@ -327,7 +362,7 @@ def build(ctx: Context) -> DataStreamWriter:
             touched.unpersist()
             touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
-                       WHOLE_IN_GENERATION)
+                       WHOLE_IN_GENERATION, unfinished=reading)
         return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)

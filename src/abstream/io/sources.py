@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import KafkaSettings
 from abstream.io.hadoop import HadoopFiles
+from abstream.lag.checkpoint import parse_offset
 
 _COMMIT = re.compile(r"^\d{20}\.json$")
 _CHECKPOINT_FILE = re.compile(r"^\d{20}\.checkpoint.*\.parquet$")
@@ -46,8 +48,13 @@ def make_dirs(spark: SparkSession, location: str) -> None:
 _MAX_COMMITS_READ = 100
 
 
+#: The column of a Delta stream's rows that names the data file each was read from.
+READ_FROM = "read_from"
+
+
 def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
-    """The appends to a Delta table, in commit order.
+    """The appends to a Delta table, in commit order, each row with the name of its data
+    file (``READ_FROM``, for ``unfinished_commit``).
 
     A query's first micro-batch reads the table's commits from version 0 on where the log
     still holds all of them and none deletes or rewrites rows (a young append-only table,
@@ -59,7 +66,52 @@ def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> 
     reader = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files_per_trigger)
     if _only_appends_since_creation(spark, path):
         reader = reader.option("startingVersion", 0)
-    return reader.load(path)
+    return reader.load(path).withColumn(READ_FROM, F.regexp_extract(F.input_file_name(),
+                                                                    "[^/]*$", 0))
+
+
+@dataclass(frozen=True)
+class UnfinishedCommit:
+    """The commit (``version``) of a Delta table a micro-batch read only part of: the names
+    of its data files (``READ_FROM``), or None for a query's first read of the table's
+    snapshot at ``version``, which is one commit of every file in it."""
+
+    version: int
+    files: frozenset[str] | None
+
+    def holds(self) -> Column:
+        """Whether a row of the micro-batch is of this commit."""
+        return F.lit(True) if self.files is None else F.col(READ_FROM).isin(*self.files)
+
+
+def unfinished_commit(spark: SparkSession, checkpoint: str, path: str, batch_id: int
+                      ) -> UnfinishedCommit | None:
+    """The commit of the Delta table at ``path`` (read with ``delta_stream``) that
+    micro-batch ``batch_id`` of the query checkpointed at ``checkpoint`` read only part of;
+    None where it read whole commits.
+
+    ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit when
+    it falls there: the micro-batch's end offset (planned in the checkpoint before it runs)
+    then points at a file of the commit (``index`` 0 or more), not before the next commit
+    (-1).
+    """
+    files = HadoopFiles(spark, checkpoint)
+    planned = files.read_text(posixpath.join(checkpoint, "offsets", str(batch_id)))
+    end = parse_offset(planned.splitlines()[-1])
+    if end is None or end["index"] < 0:
+        return None
+    version = end["reservoirVersion"]
+    if end["isStartingVersion"]:
+        return UnfinishedCommit(version, None)
+    commit = posixpath.join(path, "_delta_log", f"{version:020d}.json")
+    return UnfinishedCommit(version, frozenset(
+        posixpath.basename(action["add"]["path"]) for action in _actions(files, commit)
+        if "add" in action))
+
+
+def _actions(files: HadoopFiles, commit: str) -> list[dict]:
+    """The actions of the Delta commit file ``commit``."""
+    return [json.loads(line) for line in files.read_text(commit).splitlines() if line.strip()]
 
 
 def _only_appends_since_creation(spark: SparkSession, path: str) -> bool:
@@ -77,12 +129,8 @@ def _only_appends_since_creation(spark: SparkSession, path: str) -> bool:
             or len(commits) > _MAX_COMMITS_READ \
             or commits != [f"{version:020d}.json" for version in range(len(commits))]:
         return False
-    for name in commits:
-        for line in files.read_text(posixpath.join(log_dir, name)).splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if action.get("remove", {}).get("dataChange", False):
-                return False
-    return True
+    return not any(action.get("remove", {}).get("dataChange", False) for name in commits
+                   for action in _actions(files, posixpath.join(log_dir, name)))
 
 
 def kafka_stream(spark: SparkSession, kafka: KafkaSettings, topics: list[str],
