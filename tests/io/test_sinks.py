@@ -1,9 +1,11 @@
 """Appends from foreachBatch land once per micro-batch, whatever Spark replays."""
 
 import json
+import threading
 
 import pytest
 from delta.tables import DeltaTable
+from pyspark.sql import functions as F
 
 from abstream.io import sinks
 
@@ -53,3 +55,30 @@ def test_other_writers_and_a_new_checkpoint_do_not_count(spark, rows, tmp_path, 
     assert sinks.last_batch_written(spark, path, "w9") is None
 
 
+
+
+def test_a_replacement_that_loses_a_race_is_tried_again(spark, tmp_path, caplog):
+    """A compaction (``maintain``) commits while the batch layer replaces the same files:
+    the replacement is tried again, and the table holds just the replacement's rows."""
+    path = str(tmp_path / "t")
+    for part in ("a", "a", "a", "b"):
+        spark.range(2).selectExpr("id", f"'{part}' AS part").write.format("delta") \
+            .mode("append").partitionBy("part").save(path)
+    # Four rows in one task, each 1.5 s: the compaction commits while they are written.
+    slow = spark.range(0, 4, 1, 1).where(
+        F.expr("length(coalesce(reflect('java.lang.Thread', 'sleep', id * 0 + 1500L), '')) >= 0")) \
+        .selectExpr("id + 10 AS id", "'a' AS part")
+    compaction = threading.Timer(0.5, lambda: DeltaTable.forPath(spark, path).optimize()
+                                 .where("part = 'a'").executeCompaction())
+    compaction.start()
+    try:
+        with sinks.rows_known_to_match(spark):
+            assert sinks.replace_where(slow, path, "part = 'a'", ["part"]) == 4
+    finally:
+        compaction.join()
+    assert "lost a race with another commit" in caplog.text
+    table = spark.read.format("delta").load(path)
+    assert sorted((r.id, r.part) for r in table.collect()) == [
+        (0, "b"), (1, "b"), (10, "a"), (11, "a"), (12, "a"), (13, "a")]
+    operations = [r.operation for r in DeltaTable.forPath(spark, path).history().collect()]
+    assert operations[:2] == ["WRITE", "OPTIMIZE"], "the compaction committed first"

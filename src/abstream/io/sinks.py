@@ -12,13 +12,24 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
+from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from abstream.errors import first_line
 from abstream.spark import session_conf
 
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
+#: Delta's conflicts between transactions: its Python classes do not share a base class.
+CONFLICTS = (delta_errors.DeltaConcurrentModificationException,
+             delta_errors.ConcurrentWriteException, delta_errors.MetadataChangedException,
+             delta_errors.ProtocolChangedException, delta_errors.ConcurrentAppendException,
+             delta_errors.ConcurrentDeleteReadException,
+             delta_errors.ConcurrentDeleteDeleteException,
+             delta_errors.ConcurrentTransactionException)
+#: How many times a replacement is tried when concurrent commits win the race.
+REPLACE_ATTEMPTS = 3
 #: How many of a table's latest commits are searched first for a writer's last batch.
 HISTORY_LOOKBACK = 100
 
@@ -119,7 +130,21 @@ def replace_where(rows: DataFrame, path: str, condition: str,
                   partition_by: Sequence[str] = ()) -> int:
     """Atomically replace the table's rows matching ``condition`` with ``rows`` (which must
     all match it): a re-run of the same replacement leaves the same table. Returns the
-    number of rows written."""
+    number of rows written.
+
+    A replacement that loses a race with a commit that removed the files it replaces (a
+    compaction by ``abstream maintain``) is tried again, up to ``REPLACE_ATTEMPTS`` times."""
+    for attempt in range(1, REPLACE_ATTEMPTS):
+        try:
+            return _replace_once(rows, path, condition, partition_by)
+        except CONFLICTS as exc:
+            log.warning("replacing %s in %s lost a race with another commit (%s), attempt %d "
+                        "of %d", condition, path, first_line(exc), attempt, REPLACE_ATTEMPTS)
+    return _replace_once(rows, path, condition, partition_by)
+
+
+def _replace_once(rows: DataFrame, path: str, condition: str,
+                  partition_by: Sequence[str]) -> int:
     counted = Observation()
     (
         rows.observe(counted, F.count(F.lit(1)).alias("rows"))

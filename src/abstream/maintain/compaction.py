@@ -4,7 +4,8 @@ OPTIMIZE commits with ``dataChange = false``: streaming readers skip its commits
 monitor does not count them as data. It never conflicts with a blind append, so the
 streaming writers go on beside it; it can lose a race against a commit that removes files it
 read (the batch layer replacing a range), and is then tried again, or the partition is left
-for the next run.
+for the next run; the batch layer's replacement, when it loses, is tried again likewise
+(``io.sinks.replace_where``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from datetime import date
 from typing import Any
 from urllib.parse import unquote
 
-from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from abstream.errors import AbstreamError, first_line
+from abstream.io.sinks import CONFLICTS
 from abstream.lag.deltalog import DataFile
 
 log = logging.getLogger(__name__)
@@ -28,13 +29,6 @@ log = logging.getLogger(__name__)
 #: Delta's setting of the size below which OPTIMIZE compacts a file, and its default.
 MIN_FILE_SIZE_CONF = "spark.databricks.delta.optimize.minFileSize"
 DEFAULT_MIN_FILE_SIZE = 1024 * 1024 * 1024
-#: Delta's conflicts between transactions: its Python classes do not share a base class.
-CONFLICTS = (delta_errors.DeltaConcurrentModificationException,
-             delta_errors.ConcurrentWriteException, delta_errors.MetadataChangedException,
-             delta_errors.ProtocolChangedException, delta_errors.ConcurrentAppendException,
-             delta_errors.ConcurrentDeleteReadException,
-             delta_errors.ConcurrentDeleteDeleteException,
-             delta_errors.ConcurrentTransactionException)
 #: How Spark names the folder of a null partition value.
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
