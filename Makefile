@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint jars bench bench-ceiling bench-growth bench-sustained bench-tuning \
-	bench-sessionize bench-lag-scrape bench-latency chaos bench-deps system-deps clean help
+	bench-sessionize bench-lag-scrape bench-latency bench-maintain chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -18,6 +18,7 @@ help:
 	@echo "make bench-ceiling    each piece of the work as a plain batch job: the floor to approach"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
+	@echo "make bench-maintain   what maintain compacts and vacuums after the speed layer on 20M beacons"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
@@ -57,6 +58,9 @@ bench-ceiling: bench-deps
 
 bench-growth: bench-deps
 	$(BIN)/python bench/growth.py $(ARGS)
+
+bench-maintain: bench-deps
+	$(BIN)/python bench/maintain.py $(ARGS)
 
 bench-sustained: bench-deps
 	$(BIN)/python bench/sustained.py $(ARGS)
