@@ -106,6 +106,9 @@ from abstream.runner import pipeline, run_once
 from abstream.serving import serving_view
 
 log = logging.getLogger("bench.chaos")
+#: Seconds a restarted run may take to plan its first micro-batch: while input comes in,
+#: and once it is complete (when the run may have nothing left to read).
+STARTING, IDLE_START = 300.0, 60.0
 HERE = Path(__file__).parent
 #: Event time of the stream: one fixed day in the past (a single event_date).
 START = datetime(2026, 1, 5, 1, tzinfo=UTC)
@@ -262,9 +265,9 @@ def in_flight(side: Side) -> list[str]:
             if last > _last(Path(side.layout.checkpoint(name)) / "commits")]
 
 
-def running(side: Side, process: subprocess.Popen[str], timeout: float = 300.0) -> float:
+def running(side: Side, process: subprocess.Popen[str], timeout: float) -> float:
     """Wait until a component of ``process`` plans a micro-batch (its queries are running,
-    not still starting); the seconds that took."""
+    not still starting), or ``timeout`` seconds; the seconds that took."""
     began, before = time.monotonic(), planned(side)
     while time.monotonic() - began < timeout and process.poll() is None:
         if any(last > before[name] for name, last in planned(side).items()):
@@ -280,7 +283,8 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
     kills, caught = 0, Counter[str]()
     while kills < settings.kills:
         process = side.start(f"run-{kills + 1:02d}", "run", "--no-exporter")
-        started = running(side, process)
+        # Once the input is complete and read, a run plans no micro-batch: it is killed idle.
+        started = running(side, process, STARTING if generating() else IDLE_START)
         wait = rng.uniform(*settings.wait)
         try:
             process.wait(wait)
