@@ -51,31 +51,31 @@ bench-deps: $(STAMP) jars
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 
 bench: bench-deps
-	$(BIN)/python bench/throughput.py $(ARGS)
+	$(BIN)/python -m bench.throughput $(ARGS)
 
 bench-ceiling: bench-deps
-	$(BIN)/python bench/ceiling.py $(ARGS)
+	$(BIN)/python -m bench.ceiling $(ARGS)
 
 bench-growth: bench-deps
-	$(BIN)/python bench/growth.py $(ARGS)
+	$(BIN)/python -m bench.growth $(ARGS)
 
 bench-maintain: bench-deps
-	$(BIN)/python bench/maintain.py $(ARGS)
+	$(BIN)/python -m bench.maintain $(ARGS)
 
 bench-sustained: bench-deps
-	$(BIN)/python bench/sustained.py $(ARGS)
+	$(BIN)/python -m bench.sustained $(ARGS)
 
 bench-tuning: bench-deps
-	$(BIN)/python bench/tuning.py $(ARGS)
+	$(BIN)/python -m bench.tuning $(ARGS)
 
 bench-sessionize: bench-deps
-	$(BIN)/python bench/sessionize.py $(ARGS)
+	$(BIN)/python -m bench.sessionize $(ARGS)
 
 bench-lag-scrape: bench-deps
-	$(BIN)/python bench/lag_scrape.py $(ARGS)
+	$(BIN)/python -m bench.lag_scrape $(ARGS)
 
 bench-latency: $(STAMP) jars
-	$(BIN)/python bench/latency.py $(ARGS)
+	$(BIN)/python -m bench.latency $(ARGS)
 
 chaos: bench-deps
 	$(BIN)/python -m bench.chaos $(ARGS)

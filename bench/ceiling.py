@@ -18,7 +18,7 @@ over the floor's compares the work of the speed layer's stage functions with the
 chain's, both as batch jobs (``make bench`` runs the naive chain as a stream, with Spark's
 streaming defaults, which costs it more).
 
-    python bench/ceiling.py [--events 1000000] [--seed 1]
+    python -m bench.ceiling [--events 1000000] [--seed 1]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/.
 """
@@ -37,18 +37,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
+from bench.throughput import naive_chain
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from throughput import (
-    RESULTS,
-    dataset,
-    log_progress,
-    machine,
-    naive_chain,
-    rate,
-    records_in,
-    write_result,
-)
 
 from abstream.config import Config, load_config
 from abstream.durations import spark_interval

@@ -79,7 +79,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.throughput import log_progress, machine, write_result
+from bench.common import RESULTS, log_progress, machine, write_result
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tests import reference
@@ -109,7 +109,6 @@ log = logging.getLogger("bench.chaos")
 #: Seconds a restarted run may take to plan its first micro-batch: while input comes in,
 #: and once it is complete (when the run may have nothing left to read).
 STARTING, IDLE_START = 300.0, 60.0
-HERE = Path(__file__).parent
 #: Event time of the stream: one fixed day in the past (a single event_date).
 START = datetime(2026, 1, 5, 1, tzinfo=UTC)
 SPAN = timedelta(hours=20)
@@ -526,7 +525,7 @@ def main() -> int:
                         help="its data (default bench/results/work-chaos-SOURCE)")
     args = parser.parse_args()
     log_progress()
-    work = args.work or HERE / "results" / f"work-chaos-{args.source}"
+    work = args.work or RESULTS / f"work-chaos-{args.source}"
     shutil.rmtree(work, ignore_errors=True)
     settings = ChaosSettings(work=work, source=args.source, kills=args.kills,
                              events=args.events, rate=args.rate, seed=args.seed,

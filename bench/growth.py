@@ -6,7 +6,7 @@ JVM, peak RSS of its process tree sampled) and is kept in bench/results/growth/,
 given again is measured again and the others are kept. The table, the JSON and the chart
 are drawn from every kept size.
 
-    python bench/growth.py [--events 1000000 5000000 20000000] [--seed 1]
+    python -m bench.growth [--events 1000000 5000000 20000000] [--seed 1]
 
 Prints a table, then one JSON object as the last line; writes it and a PNG chart to
 bench/results/.
@@ -23,17 +23,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-from throughput import (
+from bench.common import (
     COMPONENTS,
     RESULTS,
     dataset,
+    log_progress,
     machine,
     records_in,
     run_phase,
     speed_layer_rates,
     write_result,
 )
+from matplotlib.figure import Figure
 
 log = logging.getLogger("bench.growth")
 POINTS = RESULTS / "growth"
@@ -150,8 +151,7 @@ def main() -> int:
                         default=[1_000_000, 5_000_000, 20_000_000])
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    log_progress()
     for events in sorted(args.events):
         measure(events, args.seed)
     points = sorted((json.loads(p.read_text()) for p in POINTS.glob(f"*-seed{args.seed}.json")),

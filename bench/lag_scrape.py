@@ -7,7 +7,7 @@ registry: once cold, then repeatedly while producers add a version to every tabl
 scrapes. The baseline, in the same run, builds a fresh exporter for every scrape (no
 incremental reading).
 
-    python bench/lag_scrape.py [--tables 10] [--versions 10000] [--scrapes 30]
+    python -m bench.lag_scrape [--tables 10] [--versions 10000] [--scrapes 30]
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.common import RESULTS, log_progress, write_result
 from prometheus_client import generate_latest
 
 from abstream.config import Config
 from abstream.monitor.exporter import Exporter
 
 log = logging.getLogger("bench.lag_scrape")
-RESULTS = Path(__file__).parent / "results"
 
 
 def write_commit(log_dir: Path, version: int, table_id: str) -> None:
@@ -95,7 +95,7 @@ def main() -> int:
     parser.add_argument("--versions", type=int, default=10_000)
     parser.add_argument("--scrapes", type=int, default=30)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log_progress()
 
     work = RESULTS / "work-lag-scrape"
     shutil.rmtree(work, ignore_errors=True)
@@ -132,11 +132,8 @@ def main() -> int:
           f"{report['scrape_ms_max']:.2f} ms")
     print(f"  baseline: full re-read per scrape {report['full_reread_ms_median']:>8.1f} ms "
           f"({report['speedup_vs_full_reread']}x slower)")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"lag-scrape-{report['when'][:19].replace(':', '')}.json").write_text(
-        json.dumps(report, indent=2))
     shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report))
+    write_result(report, "lag-scrape")
     return 0 if report["scrape_ms_max"] < 100 else 1
 
 

@@ -8,7 +8,7 @@ record = broker append time of its output record (the output topics use LogAppen
 the producer's timestamp of its input record (CreateTime, carried in the ``source_ts``
 header). Broker, Spark and producer share this machine's clock.
 
-    python bench/latency.py [--rate 5000] [--warmup 20] [--seconds 30] [--modes ...]
+    python -m bench.latency [--rate 5000] [--warmup 20] [--seconds 30] [--modes ...]
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.common import RESULTS, write_result
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.servers import free_port
 
 from abstream.components import COMPONENTS, Context
 from abstream.config import Config
@@ -41,17 +43,8 @@ from abstream.runner import run_continuously
 from abstream.spark import spark_session
 
 log = logging.getLogger("bench.latency")
-RESULTS = Path(__file__).parent / "results"
 MODES = ("microbatch", "async", "realtime")
 STEP_SECONDS = 0.01
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def beacon_lines(work: Path, count: int) -> list[bytes]:
@@ -231,9 +224,7 @@ def main() -> int:
         "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"latency-{report['when'][:19].replace(':', '')}.json").write_text(
-        json.dumps(report, indent=2))
+    write_result(report, "latency", final=False)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({mode: {"p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
                       for mode, r in results.items()}))

@@ -3,7 +3,7 @@ generated dataset of a size (as ``make bench`` runs it, ``run --once`` in a cold
 ``abstream maintain --json`` in a cold JVM of its own, timed. Per table: live and stored
 files and bytes before and after, the partitions compacted, the files vacuumed and why.
 
-    python bench/maintain.py [--events 20000000] [--seed 1]
+    python -m bench.maintain [--events 20000000] [--seed 1]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/.
 """
@@ -20,7 +20,15 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from throughput import RESULTS, dataset, machine, records_in, run_phase, write_result
+from bench.common import (
+    RESULTS,
+    dataset,
+    log_progress,
+    machine,
+    records_in,
+    run_phase,
+    write_result,
+)
 
 log = logging.getLogger("bench.maintain")
 
@@ -53,8 +61,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=20_000_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    log_progress()
     landing = dataset(args.events, args.seed)
     work = RESULTS / "work-maintain"
     shutil.rmtree(work, ignore_errors=True)

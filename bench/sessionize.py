@@ -17,14 +17,13 @@ visits:
   (the sessionize component also carries the open visits' events between micro-batches);
 - python: ``transformWithStateInPandas`` with event-time timers.
 
-    python bench/sessionize.py [--events 200000] [--variants native,batch,python]
+    python -m bench.sessionize [--events 200000] [--variants native,batch,python]
                                [--max-files-per-trigger 8]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -36,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
+from bench.common import RESULTS, log_progress, write_result
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
@@ -54,7 +54,6 @@ from abstream.stages.dedupe import drop_duplicate_events
 from abstream.stages.validate import parse_beacons, valid_events
 
 log = logging.getLogger("bench.sessionize")
-RESULTS = Path(__file__).parent / "results"
 GAP = timedelta(minutes=35)
 LATENESS = timedelta(minutes=15)
 #: As abstream's sessionize reads bronze: a few commits per micro-batch.
@@ -248,8 +247,7 @@ def main() -> int:
     parser.add_argument("--max-files-per-trigger", type=int, default=MAX_FILES_PER_TRIGGER,
                         help="bronze files per micro-batch")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("py4j").setLevel(logging.ERROR)
+    log_progress()
 
     work = RESULTS / "work-sessionize"
     shutil.rmtree(work, ignore_errors=True)
@@ -276,11 +274,8 @@ def main() -> int:
     report = {"benchmark": "sessionize", "machine": f"{platform.node()} "
               f"{os.cpu_count()} cores", "master": spark.sparkContext.master,
               "when": datetime.now(UTC).isoformat(timespec="seconds"), "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"sessionize-{report['when'][:19].replace(':', '')}.json").write_text(
-        json.dumps(report, indent=2))
     shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report))
+    write_result(report, "sessionize")
     spark.stop()
     return 0
 

@@ -24,7 +24,7 @@ minutes, and the step reports gold freshness p50 and p90 over its judged time (f
 failure the search bisects between the best pass and the lowest failure, for ``--steps``
 steps in all.
 
-    python bench/sustained.py [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
+    python -m bench.sustained [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
 
 Prints a table, then one JSON object as the last line; writes it, a chart of the best
 passing step's lags and state rows, and each step's log of ``abstream run`` to
@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,9 +49,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import (
+    COMPONENTS,
+    EVENTS_PER_DAY,
+    RESULTS,
+    dataset,
+    log_progress,
+    machine,
+    write_result,
+)
 from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
-from throughput import COMPONENTS, EVENTS_PER_DAY, RESULTS, dataset, machine, write_result
+from tests.servers import free_port
 
 from abstream.generator import format_ts
 from abstream.times import epoch_from_iso
@@ -91,12 +99,6 @@ class Step:
 
     def summary(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if key != "samples"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -403,8 +405,7 @@ def main() -> int:
                         help="move each landed file's event times to the clock")
     args = parser.parse_args()
     args.trigger = {**TRIGGERS, **dict(args.trigger)}
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    log_progress()
     steps = search(args)
     passed = [s for s in steps if s.passed]
     best = max(passed, key=lambda s: s.rate) if passed else None

@@ -15,7 +15,7 @@ that process tree:
 - parse floor: the landing files read as lines and parsed with the beacon schema
   (``from_json``), into Spark's no-op sink: what any job over these files costs at least.
 
-    python bench/throughput.py [--events 2000000] [--seed 1] [--config FILE]
+    python -m bench.throughput [--events 2000000] [--seed 1] [--config FILE]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/.
 """
@@ -26,33 +26,38 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shutil
-import subprocess
 import sys
-import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import (
+    COMPONENTS,
+    RESULTS,
+    dataset,
+    folder_bytes,
+    link_landing,
+    log_progress,
+    machine,
+    rate,
+    records_in,
+    run_phase,
+    run_to_end,
+    speed_layer_rates,
+    write_result,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
 
-from abstream.components import ingest, sessionize
 from abstream.config import SparkSettings, load_config
-from abstream.generator import GeneratorSettings, generate
 from abstream.layout import Layout
 from abstream.runner import pipeline, run_once
 from abstream.schemas import BEACON
 from abstream.spark import spark_session
 
 log = logging.getLogger("bench.throughput")
-HERE = Path(__file__).parent
-RESULTS = HERE / "results"
-DATA = HERE / "data"
-COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT)
 #: Spark's own defaults for the settings abstream changes, for the baseline.
 SPARK_DEFAULTS = {
     "spark.sql.shuffle.partitions": "200",
@@ -63,47 +68,6 @@ SPARK_DEFAULTS = {
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "128",
     "spark.sql.inMemoryColumnarStorage.compressed": "true",
 }
-SAMPLE_SECONDS = 0.25
-#: The generated traffic's density in event time, whatever the dataset's size.
-EVENTS_PER_DAY = 2_000_000
-
-
-def dataset(events: int, seed: int) -> Path:
-    """The landing files of ``events`` beacons from ``seed``, generated on first use.
-
-    Every size is the same traffic, ``EVENTS_PER_DAY`` of event time, for longer or shorter:
-    a bigger dataset is a longer stream, not a denser one."""
-    folder = DATA / f"beacons-{events}-seed{seed}"
-    done = folder / "_summary.json"
-    if not done.exists() or json.loads(done.read_text()).get("events_per_day") != EVENTS_PER_DAY:
-        shutil.rmtree(folder, ignore_errors=True)
-        log.info("generating %s beacons (seed %d) into %s, once", f"{events:,}", seed, folder)
-        settings = GeneratorSettings(events=events, seed=seed,
-                                     span=timedelta(days=events / EVENTS_PER_DAY))
-        step = max(1, events // 10 // settings.file_events) * settings.file_events
-
-        def progress(records: int) -> None:
-            if records % step == 0 or records == events:
-                log.info("generated %s of %s", f"{records:,}", f"{events:,}")
-
-        summary = generate(settings, folder, progress)
-        done.write_text(json.dumps({"records": summary.records, "events": summary.events,
-                                    "events_per_day": EVENTS_PER_DAY}))
-    return folder
-
-
-def link_landing(source: Path, landing: Path) -> None:
-    """The dataset's files in a fresh landing folder, hard-linked where possible."""
-    landing.mkdir(parents=True)
-    for path in sorted(source.glob("beacons-*")):
-        try:
-            os.link(path, landing / path.name)
-        except OSError:
-            shutil.copy2(path, landing / path.name)
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str, Any]:
@@ -187,119 +151,6 @@ def run_parse_floor(landing: Path, work: Path) -> dict[str, Any]:
     return {"seconds": seconds}
 
 
-def run_to_end(query: StreamingQuery, name: str, began: float) -> float:
-    """Wait for an AvailableNow query to end, logging its micro-batches every 10 s; the
-    seconds since ``began``."""
-    while not query.awaitTermination(10):
-        progress = query.lastProgress
-        log.info("%s: micro-batch %s, %.0f s", name, progress and progress["batchId"],
-                 time.monotonic() - began)
-    return round(time.monotonic() - began, 2)
-
-
-def process_tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants, each address space once.
-
-    The JVM starts helper programs (Hadoop's local file system runs ``chmod`` and the like)
-    by forking: until the child runs its program it is the JVM's image, and /proc shows it
-    with the JVM's resident pages (with vfork, the very same pages). A descendant that still
-    runs its parent's program is therefore counted as its parent, not again.
-    """
-    children: dict[int, list[int]] = {}
-    resident: dict[int, int] = {}
-    program: dict[int, str] = {}
-    parents: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            pages = int((entry / "statm").read_text().split()[1])
-            exe = os.readlink(entry / "exe")
-        except OSError:
-            continue
-        pid, parent = int(entry.name), int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(pid)
-        parents[pid], resident[pid], program[pid] = parent, pages * page, exe
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        if pid not in resident or (pid != root and program[pid] == program.get(parents[pid])):
-            continue
-        total += resident[pid]
-    return total
-
-
-def run_phase(phase: str, landing: Path, work: Path, config_file: str | None,
-              settings: dict[str, str] | None = None) -> dict:
-    """Run one side in a process of its own (``settings``: more environment variables);
-    its result and the peak RSS of its tree."""
-    command = [sys.executable, __file__, "--phase", phase, "--landing", str(landing),
-               "--work", str(work)] + (["--config", config_file] if config_file else [])
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, **(settings or {})})
-    peak = 0
-    finished = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not finished.wait(SAMPLE_SECONDS):
-            peak = max(peak, process_tree_rss(child.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output, _ = child.communicate()
-    finished.set()
-    sampler.join()
-    if child.returncode != 0:
-        raise SystemExit(f"{phase} failed (exit {child.returncode})")
-    return {**json.loads(output.strip().splitlines()[-1]), "peak_rss_mb": round(peak / 2**20)}
-
-
-def write_result(result: dict[str, Any], name: str, final: bool = True) -> Path:
-    """``result`` to bench/results/NAME-<its time>.json and, when ``final``, as the last line
-    to stdout (a partial result is written over by the next); the path without its suffix,
-    for files that go with it."""
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"{name}-{result['when'][:19].replace(':', '')}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    if final:
-        print(json.dumps(result))
-    return stem
-
-
-def records_in(landing: Path) -> int:
-    """How many records a generated dataset holds."""
-    return json.loads((landing / "_summary.json").read_text())["records"]
-
-
-def speed_layer_rates(records: int, seconds: dict[str, float]) -> dict[str, Any]:
-    """Per-component seconds with their end-to-end total, and events/s of each."""
-    total = sum(seconds.values())
-    return {
-        "seconds": {**seconds, "end_to_end": round(total, 2)},
-        "end_to_end_events_per_s": rate(records, total),
-        "per_component_events_per_s": {name: rate(records, s) for name, s in seconds.items()},
-    }
-
-
-def log_progress() -> None:
-    """Progress lines with their time to stderr, without py4j's chatter."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.ERROR)
-
-
-def machine() -> str:
-    return f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}"
-
-
-def rate(events: int, seconds: float) -> int:
-    return round(events / seconds) if seconds > 0 else 0
-
-
 def summarize(records: int, pipeline_result: dict, baseline: dict, floor: dict,
               config_file: str | None) -> dict[str, Any]:
     rates = speed_layer_rates(records, pipeline_result["seconds"])
@@ -375,9 +226,7 @@ def main() -> int:
     parser.add_argument("--landing", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.ERROR)
+    log_progress()
 
     if args.phase == "pipeline":
         print(json.dumps(run_pipeline(args.landing, args.work, args.config)))

@@ -5,7 +5,7 @@ same beacons in the same run.
 Each variant runs as the throughput benchmark's pipeline side does (``run --once`` in a cold
 JVM), with its setting given as ABSTREAM__* environment variables.
 
-    python bench/tuning.py [--events 500000] [--variants shuffle-200,object-agg-128,...]
+    python -m bench.tuning [--events 500000] [--variants shuffle-200,object-agg-128,...]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/, after
 every variant (an interrupted run keeps the variants it measured).
@@ -19,10 +19,11 @@ import shutil
 import sys
 from datetime import UTC, datetime
 
-from throughput import (
+from bench.common import (
     COMPONENTS,
     RESULTS,
     dataset,
+    log_progress,
     machine,
     rate,
     records_in,
@@ -63,8 +64,7 @@ def main() -> int:
     parser.add_argument("--variants", type=variant_list, default=list(VARIANTS),
                         help="comma-separated; 'default' is always run first")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    log_progress()
     landing = dataset(args.events, args.seed)
     records = records_in(landing)
     names = ["default"] + [name for name in args.variants if name != "default"]
