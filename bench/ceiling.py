@@ -37,8 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
-from bench.throughput import naive_chain
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -48,6 +46,8 @@ from abstream.io.tables import EVENTS_TABLE
 from abstream.schemas import BEACON
 from abstream.spark import spark_session
 from abstream.stages import metrics, sessions, validate
+from bench.common import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
+from bench.throughput import naive_chain
 
 log = logging.getLogger("bench.ceiling")
 #: Beacons of the warm-up run (fewer when the measured dataset is smaller).

@@ -79,7 +79,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, log_progress, machine, write_result
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tests import reference
@@ -104,6 +103,7 @@ from abstream.kafka.topics import ensure_topics
 from abstream.layout import Layout
 from abstream.runner import pipeline, run_once
 from abstream.serving import serving_view
+from bench.common import RESULTS, log_progress, machine, write_result
 
 log = logging.getLogger("bench.chaos")
 #: Seconds a restarted run may take to plan its first micro-batch: while input comes in,
@@ -501,9 +501,9 @@ def feed_crash_free(chaos: Side, crash_free: Side, settings: ChaosSettings,
         for path in sorted(landing.glob("beacons-*")):
             os.link(path, target / path.name)
         return landing_records(landing)
-    topic = crash_free.config.kafka.topic
-    ensure_topics(broker.bootstrap_servers, [topic], crash_free.config.kafka.partitions)
-    generate_to_kafka(generator_settings(settings, None), broker.bootstrap_servers, topic)
+    kafka = crash_free.config.kafka
+    ensure_topics(kafka, [kafka.topic], kafka.partitions)
+    generate_to_kafka(generator_settings(settings, None), kafka, kafka.topic)
     scratch = settings.work / "records"
     generate(generator_settings(settings, None), scratch)
     return landing_records(scratch)

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from bench.common import (
     COMPONENTS,
     RESULTS,
@@ -34,7 +36,6 @@ from bench.common import (
     speed_layer_rates,
     write_result,
 )
-from matplotlib.figure import Figure
 
 log = logging.getLogger("bench.growth")
 POINTS = RESULTS / "growth"

@@ -25,11 +25,11 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import RESULTS, log_progress, write_result
 from prometheus_client import generate_latest
 
 from abstream.config import Config
 from abstream.monitor.exporter import Exporter
+from bench.common import RESULTS, log_progress, write_result
 
 log = logging.getLogger("bench.lag_scrape")
 

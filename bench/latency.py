@@ -28,7 +28,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.servers import free_port
@@ -41,6 +40,7 @@ from abstream.layout import Layout
 from abstream.progress import RunStats
 from abstream.runner import run_continuously
 from abstream.spark import spark_session
+from bench.common import RESULTS, write_result
 
 log = logging.getLogger("bench.latency")
 MODES = ("microbatch", "async", "realtime")

@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
-from bench.common import RESULTS, log_progress, write_result
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
@@ -52,6 +51,7 @@ from abstream.spark import spark_session
 from abstream.stages import sessions
 from abstream.stages.dedupe import drop_duplicate_events
 from abstream.stages.validate import parse_beacons, valid_events
+from bench.common import RESULTS, log_progress, write_result
 
 log = logging.getLogger("bench.sessionize")
 GAP = timedelta(minutes=35)

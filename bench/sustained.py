@@ -49,6 +49,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+from prometheus_client.parser import text_string_to_metric_families
+from tests.servers import free_port
+
+from abstream.generator import format_ts
+from abstream.times import epoch_from_iso
 from bench.common import (
     COMPONENTS,
     EVENTS_PER_DAY,
@@ -58,12 +64,6 @@ from bench.common import (
     machine,
     write_result,
 )
-from matplotlib.figure import Figure
-from prometheus_client.parser import text_string_to_metric_families
-from tests.servers import free_port
-
-from abstream.generator import format_ts
-from abstream.times import epoch_from_iso
 
 log = logging.getLogger("bench.sustained")
 SCRAPE_SECONDS = 5.0

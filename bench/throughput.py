@@ -33,6 +33,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from abstream.config import SparkSettings, load_config
+from abstream.layout import Layout
+from abstream.runner import pipeline, run_once
+from abstream.schemas import BEACON
+from abstream.spark import spark_session
 from bench.common import (
     COMPONENTS,
     RESULTS,
@@ -48,14 +56,6 @@ from bench.common import (
     speed_layer_rates,
     write_result,
 )
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from abstream.config import SparkSettings, load_config
-from abstream.layout import Layout
-from abstream.runner import pipeline, run_once
-from abstream.schemas import BEACON
-from abstream.spark import spark_session
 
 log = logging.getLogger("bench.throughput")
 #: Spark's own defaults for the settings abstream changes, for the baseline.
