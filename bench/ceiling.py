@@ -25,7 +25,6 @@ Prints a table, then one JSON object as the last line; writes it to bench/result
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import statistics
@@ -46,7 +45,16 @@ from abstream.io.tables import EVENTS_TABLE
 from abstream.schemas import BEACON
 from abstream.spark import spark_session
 from abstream.stages import metrics, sessions, validate
-from bench.common import RESULTS, dataset, log_progress, machine, rate, records_in, write_result
+from bench.common import (
+    RESULTS,
+    dataset,
+    dataset_parser,
+    log_progress,
+    machine,
+    rate,
+    records_in,
+    write_result,
+)
 from bench.throughput import naive_chain
 
 log = logging.getLogger("bench.ceiling")
@@ -220,9 +228,7 @@ def fixed_costs(inputs: Inputs, work: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = dataset_parser(__doc__, 1_000_000)
     args = parser.parse_args()
     log_progress()
     landing = dataset(args.events, args.seed)

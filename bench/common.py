@@ -5,6 +5,7 @@ the wait for an AvailableNow query to end."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -184,3 +185,12 @@ def machine() -> str:
 
 def rate(events: int, seconds: float) -> int:
     return round(events / seconds) if seconds > 0 else 0
+
+
+def dataset_parser(doc: str, events: int) -> argparse.ArgumentParser:
+    """A benchmark's arguments: the first line of its docstring ``doc`` as the description,
+    the size of its dataset (``--events``, ``events`` by default) and ``--seed``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--events", type=int, default=events)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser

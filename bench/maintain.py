@@ -10,7 +10,6 @@ Prints a table, then one JSON object as the last line; writes it to bench/result
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 from bench.common import (
     RESULTS,
     dataset,
+    dataset_parser,
     log_progress,
     machine,
     records_in,
@@ -57,9 +57,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=20_000_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = dataset_parser(__doc__, 20_000_000)
     args = parser.parse_args()
     log_progress()
     landing = dataset(args.events, args.seed)

@@ -51,7 +51,7 @@ from abstream.spark import spark_session
 from abstream.stages import sessions
 from abstream.stages.dedupe import drop_duplicate_events
 from abstream.stages.validate import parse_beacons, valid_events
-from bench.common import RESULTS, log_progress, write_result
+from bench.common import RESULTS, dataset_parser, log_progress, write_result
 
 log = logging.getLogger("bench.sessionize")
 GAP = timedelta(minutes=35)
@@ -238,9 +238,7 @@ def variant_list(text: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = dataset_parser(__doc__, 200_000)
     parser.add_argument("--variants", type=variant_list, default=["native", "batch", "python"],
                         help=f"comma-separated, of {', '.join(VARIANTS)} "
                              "(default: native,batch,python)")

@@ -45,6 +45,7 @@ from bench.common import (
     COMPONENTS,
     RESULTS,
     dataset,
+    dataset_parser,
     folder_bytes,
     link_landing,
     log_progress,
@@ -217,9 +218,7 @@ def print_steps(result: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=2_000_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = dataset_parser(__doc__, 2_000_000)
     parser.add_argument("--config", help="an abstream YAML config for the pipeline side")
     parser.add_argument("--phase", choices=("pipeline", "baseline", "parse-floor"),
                         help=argparse.SUPPRESS)

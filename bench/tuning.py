@@ -23,6 +23,7 @@ from bench.common import (
     COMPONENTS,
     RESULTS,
     dataset,
+    dataset_parser,
     log_progress,
     machine,
     rate,
@@ -58,9 +59,7 @@ def variant_list(text: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=500_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = dataset_parser(__doc__, 500_000)
     parser.add_argument("--variants", type=variant_list, default=list(VARIANTS),
                         help="comma-separated; 'default' is always run first")
     args = parser.parse_args()
