@@ -84,7 +84,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 90.0
     pytest.fail(f"timed out waiting for {what}")
 
 
-#: The measures DESIGN.md defines per experiment / variant / population.
+#: The measures docs/design.md defines per experiment / variant / population.
 MEASURES = ("events", "pageviews", "orders", "revenue", "units", "visits", "bounces",
             "error_visits")
 
@@ -107,7 +107,7 @@ def totals(gold: DataFrame) -> dict[tuple[str, str, str], dict[str, int]]:
 
 def assert_speed_layer_matches_reference(ctx: Context, lines: list[str]) -> None:
     """Bronze, quarantine, closed visits and gold after a run to completion over ``lines``
-    equal DESIGN.md's rules computed in plain Python."""
+    equal docs/design.md's rules computed in plain Python."""
     from abstream.io.tables import (
         EVENTS_TABLE,
         METRICS_TABLE,

@@ -1,4 +1,4 @@
-"""DESIGN.md's contract in plain Python, independent of Spark: the ground truth for tests."""
+"""docs/design.md's contract in plain Python, independent of Spark: the ground truth for tests."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _amount_ok(record: dict, name: str, integral: bool) -> bool:
 
 def valid_event(line: str, ingested_at: datetime | None = None,
                 max_bytes: int = 65_536) -> dict | None:
-    """The beacon if DESIGN.md's rules accept it, else None."""
+    """The beacon if docs/design.md's rules accept it, else None."""
     if len(line.encode()) > max_bytes or not line.strip():
         return None
     try:
@@ -85,7 +85,7 @@ def valid_unique_events(lines: list[str], ingested_at: datetime | None = None) -
 
 
 def visits(events: list[dict], gap: timedelta = timedelta(minutes=35)) -> list[dict]:
-    """DESIGN.md's visits: a session's events split where consecutive ones are > gap apart."""
+    """docs/design.md's visits: a session's events split where consecutive ones are > gap apart."""
     by_session: dict[str, list[dict]] = {}
     for event in events:
         by_session.setdefault(event["session_id"], []).append(event)

@@ -1,5 +1,5 @@
 """Speed and batch layers together: agreement, late data, and the serving view against the
-plain-Python reference of DESIGN.md's definitions."""
+plain-Python reference of docs/design.md's definitions."""
 
 import json
 import logging

@@ -2,7 +2,7 @@
 the report's statistics: the interval covers it and p < 0.05.
 
 The sample needs ~70,000 visits. The generator's beacons are sessionized here by the plain
-Python reference of DESIGN.md (which the pipeline's visits equal, item by item, in
+Python reference of docs/design.md (which the pipeline's visits equal, item by item, in
 ``tests/batch/test_lambda.py`` and ``test_report.py``), and the visits go through the
 report's Spark moments and statistics; running 400,000 events through ingest and the batch
 layer as well would take minutes of the suite's time without testing anything more here.

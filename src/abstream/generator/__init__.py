@@ -97,7 +97,7 @@ def format_ts(ts_ms: int) -> str:
 
 
 def beacon_line(event: Event, session_id: str, visitor: Visitor) -> str:
-    """One event as a JSON line (DESIGN.md's beacon); ids and pages need no escaping."""
+    """One event as a JSON line (docs/design.md's beacon); ids and pages need no escaping."""
     entries = ",".join(pair[q] for pair, q in zip(visitor.entries_json, event.qualified,
                                                    strict=True))
     tail = ""

@@ -1,4 +1,4 @@
-"""Events -> visits, and what each event and visit counts for (DESIGN.md's contract).
+"""Events -> visits, and what each event and visit counts for (docs/design.md's contract).
 
 A visit is a session_id's events split where two consecutive events (by event time) are
 more than ``gap`` apart: exactly ``gap`` stays one visit. Spark's window functions find
