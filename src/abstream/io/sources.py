@@ -72,16 +72,15 @@ def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> 
 
 @dataclass(frozen=True)
 class UnfinishedCommit:
-    """The commit (``version``) of a Delta table a micro-batch read only part of: the names
-    of its data files (``READ_FROM``), or None for a query's first read of the table's
-    snapshot at ``version``, which is one commit of every file in it."""
+    """The commit (``version``) of a Delta table a micro-batch read only part of, and the
+    names of its data files (``READ_FROM``)."""
 
     version: int
-    files: frozenset[str] | None
+    files: frozenset[str]
 
     def holds(self) -> Column:
         """Whether a row of the micro-batch is of this commit."""
-        return F.lit(True) if self.files is None else F.col(READ_FROM).isin(*self.files)
+        return F.col(READ_FROM).isin(*self.files)
 
 
 def unfinished_commit(spark: SparkSession, checkpoint: str, path: str, batch_id: int
@@ -93,16 +92,16 @@ def unfinished_commit(spark: SparkSession, checkpoint: str, path: str, batch_id:
     ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit when
     it falls there: the micro-batch's end offset (planned in the checkpoint before it runs)
     then points at a file of the commit (``index`` 0 or more), not before the next commit
-    (-1).
+    (-1). A query's first read of a table's snapshot (``isStartingVersion``) has no commits
+    to go by: its files come in the order they were written, each on its own, so it is
+    None there too.
     """
     files = HadoopFiles(spark, checkpoint)
     planned = files.read_text(posixpath.join(checkpoint, "offsets", str(batch_id)))
     end = parse_offset(planned.splitlines()[-1])
-    if end is None or end["index"] < 0:
+    if end is None or end["index"] < 0 or end["isStartingVersion"]:
         return None
     version = end["reservoirVersion"]
-    if end["isStartingVersion"]:
-        return UnfinishedCommit(version, None)
     commit = posixpath.join(path, "_delta_log", f"{version:020d}.json")
     return UnfinishedCommit(version, frozenset(
         posixpath.basename(action["add"]["path"]) for action in _actions(files, commit)
