@@ -52,7 +52,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.components.base import Component, Context, stream_writer
 from abstream.io import sinks
-from abstream.io.sources import UnfinishedCommit, delta_stream, unfinished_commit
+from abstream.io.sources import CommitsRead, UnfinishedCommit, delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
     EVENTS_TABLE,
@@ -301,6 +301,7 @@ def build(ctx: Context) -> DataStreamWriter:
     snapshot_events = timed("events snapshot", _snapshot_events)
     leave_open = timed("visits and open snapshot", _leave_open)
     checkpoint = ctx.layout.checkpoint(NAME)
+    commits_read = CommitsRead(spark, checkpoint, events_path)
     state = StateSnapshots(spark, checkpoint + "/state",
                            {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
                             CARRIED: SESSION_STATE})
@@ -310,7 +311,7 @@ def build(ctx: Context) -> DataStreamWriter:
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)
         seen_before = previous.seen_until if previous is not None else None
-        unfinished = unfinished_commit(spark, checkpoint, events_path, batch_id)
+        unfinished = commits_read.unfinished(batch_id)
         new = _arrived(batch, source_watermark(seen_before, lateness),
                        F.lit(False) if unfinished is None else unfinished.holds())
         held_visits, generations = _held(state, previous)

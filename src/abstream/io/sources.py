@@ -54,7 +54,7 @@ READ_FROM = "read_from"
 
 def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
     """The appends to a Delta table, in commit order, each row with the name of its data
-    file (``READ_FROM``, for ``unfinished_commit``).
+    file (``READ_FROM``, for ``CommitsRead``).
 
     A query's first micro-batch reads the table's commits from version 0 on where the log
     still holds all of them and none deletes or rewrites rows (a young append-only table,
@@ -83,29 +83,37 @@ class UnfinishedCommit:
         return F.col(READ_FROM).isin(*self.files)
 
 
-def unfinished_commit(spark: SparkSession, checkpoint: str, path: str, batch_id: int
-                      ) -> UnfinishedCommit | None:
-    """The commit of the Delta table at ``path`` (read with ``delta_stream``) that
-    micro-batch ``batch_id`` of the query checkpointed at ``checkpoint`` read only part of;
-    None where it read whole commits.
+class CommitsRead:
+    """Which commits of the Delta table at ``path`` (read with ``delta_stream``) the
+    micro-batches of the query checkpointed at ``checkpoint`` read whole; each file system
+    is opened once, for every micro-batch."""
 
-    ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit when
-    it falls there: the micro-batch's end offset (planned in the checkpoint before it runs)
-    then points at a file of the commit (``index`` 0 or more), not before the next commit
-    (-1). A query's first read of a table's snapshot (``isStartingVersion``) has no commits
-    to go by: its files come in the order they were written, each on its own, so it is
-    None there too.
-    """
-    files = HadoopFiles(spark, checkpoint)
-    planned = files.read_text(posixpath.join(checkpoint, "offsets", str(batch_id)))
-    end = parse_offset(planned.splitlines()[-1])
-    if end is None or end["index"] < 0 or end["isStartingVersion"]:
-        return None
-    version = end["reservoirVersion"]
-    commit = posixpath.join(path, "_delta_log", f"{version:020d}.json")
-    return UnfinishedCommit(version, frozenset(
-        posixpath.basename(action["add"]["path"]) for action in _actions(files, commit)
-        if "add" in action))
+    def __init__(self, spark: SparkSession, checkpoint: str, path: str) -> None:
+        self._offsets = posixpath.join(checkpoint, "offsets")
+        self._log = posixpath.join(path, "_delta_log")
+        self._checkpoint_files = HadoopFiles(spark, checkpoint)
+        self._table_files = HadoopFiles(spark, path)
+
+    def unfinished(self, batch_id: int) -> UnfinishedCommit | None:
+        """The commit micro-batch ``batch_id`` read only part of; None where it read whole
+        commits.
+
+        ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit
+        when it falls there: the micro-batch's end offset (planned in the checkpoint before
+        it runs) then points at a file of the commit (``index`` 0 or more), not before the
+        next commit (-1). A query's first read of a table's snapshot (``isStartingVersion``)
+        has no commits to go by: its files come in the order they were written, each on its
+        own, so it is None there too.
+        """
+        planned = self._checkpoint_files.read_text(posixpath.join(self._offsets, str(batch_id)))
+        end = parse_offset(planned.splitlines()[-1])
+        if end is None or end["index"] < 0 or end["isStartingVersion"]:
+            return None
+        version = end["reservoirVersion"]
+        commit = posixpath.join(self._log, f"{version:020d}.json")
+        return UnfinishedCommit(version, frozenset(
+            posixpath.basename(action["add"]["path"])
+            for action in _actions(self._table_files, commit) if "add" in action))
 
 
 def _actions(files: HadoopFiles, commit: str) -> list[dict]:
