@@ -24,7 +24,7 @@ help:
 	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
 	@echo "            or duplicated (ARGS='--source kafka', '--kills N')"
 	@echo "            (every benchmark writes its results to bench/results/)"
-	@echo "make lint   ruff"
+	@echo "make lint   ruff, and the import contracts between layers (pyproject.toml)"
 
 system-deps:
 	@scripts/install-system-deps.sh $(if $(filter test test-fast,$(MAKECMDGOALS)),test,run)
@@ -40,8 +40,7 @@ jars: $(STAMP)
 demo: $(STAMP) jars
 	$(BIN)/abstream demo $(ARGS)
 
-test: $(STAMP) jars
-	$(BIN)/ruff check src tests bench
+test: $(STAMP) jars lint
 	$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) jars
@@ -82,6 +81,7 @@ chaos: bench-deps
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) abstream-data .pytest_cache .ruff_cache

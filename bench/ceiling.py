@@ -41,10 +41,10 @@ from pyspark.sql import functions as F
 
 from abstream.config import Config, load_config
 from abstream.durations import spark_interval
+from abstream.io.spark import spark_session
 from abstream.io.tables import EVENTS_TABLE
 from abstream.schemas import BEACON
-from abstream.spark import spark_session
-from abstream.stages import metrics, sessions, validate
+from abstream.stages import beacons, gold, sessions
 from bench.common import (
     RESULTS,
     dataset,
@@ -109,14 +109,14 @@ def _json_source(i: Inputs) -> DataFrame:
 
 def _checked(i: Inputs) -> DataFrame:
     settings = i.config.ingest
-    return validate.parse_beacons(i.lines(), settings.max_record_bytes,
+    return beacons.parse_beacons(i.lines(), settings.max_record_bytes,
                                   settings.future_tolerance)
 
 
 def _unique(i: Inputs) -> DataFrame:
     # One pass, one shuffle of the wide rows: the cheapest job for it. The speed layer's
     # narrow-id form (``stages.dedupe``) reads its input more than once, from a cache.
-    return validate.valid_events(_checked(i)).dropDuplicates(["event_id"])
+    return beacons.valid_events(_checked(i)).dropDuplicates(["event_id"])
 
 
 def _session_window(i: Inputs) -> DataFrame:
@@ -142,9 +142,9 @@ def _visits(i: Inputs) -> DataFrame:
 def _gold(i: Inputs) -> DataFrame:
     started = _started(i)
     visits = sessions.assemble_visits(started)
-    return metrics.experiment_metrics(
+    return gold.experiment_metrics(
         sessions.event_targets(started, sessions.visit_entries(visits)),
-        sessions.visit_targets(visits), metrics.Windowing.of(i.config.metrics),
+        sessions.visit_targets(visits), gold.Windowing.of(i.config.metrics),
         i.config.metrics.hll_lg_k)
 
 

@@ -85,11 +85,13 @@ from tests import reference
 from tests.helpers import landing_records, totals
 from tests.servers import free_port
 
-from abstream.batch import BatchRequest, run_batch
+from abstream import topology
 from abstream.batch.coverage import latest_coverage
-from abstream.components import pipeline_components
+from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, load_config
-from abstream.generator import GeneratorSettings, generate, generate_to_kafka
+from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
+from abstream.io.kafka.broker import LocalBroker
+from abstream.io.kafka.topics import ensure_topics
 from abstream.io.tables import (
     EVENTS_TABLE,
     METRICS_TABLE,
@@ -98,11 +100,10 @@ from abstream.io.tables import (
     TableSpec,
     read_table,
 )
-from abstream.kafka.broker import LocalBroker
-from abstream.kafka.topics import ensure_topics
 from abstream.layout import Layout
-from abstream.runner import pipeline, run_once
-from abstream.serving import serving_view
+from abstream.serving.view import serving_view
+from abstream.speed import pipeline_components
+from abstream.speed.runner import pipeline, run_once
 from bench.common import RESULTS, log_progress, machine, write_result
 
 log = logging.getLogger("bench.chaos")
@@ -457,7 +458,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
                             serving_totals(spark, chaos.layout))
             comparison.rows("serving view (crash-free) vs reference", expected,
                             serving_totals(spark, crash_free.layout))
-            late = ctx.stats.as_dict()["sessionize"]["late_rows_dropped"]
+            late = ctx.stats.as_dict()[topology.SESSIONIZE.name]["late_rows_dropped"]
     return {
         "benchmark": "chaos",
         "source": settings.source,

@@ -21,8 +21,8 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
-from abstream.components import ingest, sessionize
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
+from abstream.speed import ingest, sessionize
 
 log = logging.getLogger("bench.common")
 HERE = Path(__file__).parent

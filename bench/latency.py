@@ -32,14 +32,15 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.servers import free_port
 
-from abstream.components import COMPONENTS, Context
+from abstream import topology
 from abstream.config import Config
-from abstream.generator import GeneratorSettings, generate
-from abstream.kafka.broker import LocalBroker
+from abstream.generator.write import GeneratorSettings, generate
+from abstream.io.kafka.broker import LocalBroker
+from abstream.io.spark import spark_session
 from abstream.layout import Layout
-from abstream.progress import RunStats
-from abstream.runner import run_continuously
-from abstream.spark import spark_session
+from abstream.speed import COMPONENTS, Context
+from abstream.speed.progress import RunStats
+from abstream.speed.runner import run_continuously
 from bench.common import RESULTS, write_result
 
 log = logging.getLogger("bench.latency")
@@ -129,7 +130,7 @@ def validating(ctx: Context) -> Iterator[None]:
     """The validate component running in the background of the block."""
     stop = threading.Event()
     runner = threading.Thread(target=run_continuously,
-                              args=(ctx, [COMPONENTS["validate"]], stop))
+                              args=(ctx, [COMPONENTS[topology.VALIDATE.name]], stop))
     runner.start()
     try:
         while not ctx.spark.streams.active:

@@ -46,11 +46,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from abstream.config import load_config
 from abstream.durations import spark_interval
-from abstream.generator import GeneratorSettings, generate
-from abstream.spark import spark_session
+from abstream.generator.write import GeneratorSettings, generate
+from abstream.io.spark import spark_session
 from abstream.stages import sessions
+from abstream.stages.beacons import parse_beacons, valid_events
 from abstream.stages.dedupe import drop_duplicate_events
-from abstream.stages.validate import parse_beacons, valid_events
 from bench.common import RESULTS, dataset_parser, log_progress, write_result
 
 log = logging.getLogger("bench.sessionize")

@@ -53,7 +53,7 @@ from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
 from tests.servers import free_port
 
-from abstream.generator import format_ts
+from abstream.generator.write import format_ts
 from abstream.times import epoch_from_iso
 from bench.common import (
     COMPONENTS,

@@ -37,10 +37,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import SparkSettings, load_config
+from abstream.io.spark import spark_session
 from abstream.layout import Layout
-from abstream.runner import pipeline, run_once
 from abstream.schemas import BEACON
-from abstream.spark import spark_session
+from abstream.speed.runner import pipeline, run_once
 from bench.common import (
     COMPONENTS,
     RESULTS,

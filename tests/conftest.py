@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from abstream.components import Context
-from abstream.kafka.broker import LocalBroker
+from abstream.io.kafka.broker import LocalBroker
+from abstream.io.spark import spark_session
 from abstream.layout import Layout
-from abstream.progress import ProgressListener, RunStats
-from abstream.spark import spark_session
+from abstream.speed import Context
+from abstream.speed.progress import ProgressListener, RunStats
 from tests.helpers import make_config
-from tests.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
+from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
 

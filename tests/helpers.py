@@ -8,14 +8,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.components import Context
 from abstream.config import Config
+from abstream.schemas import EVENTS
+from abstream.speed import Context
+
+#: When the bronze rows that tests build arrived and were ingested.
+T0_BRONZE = datetime(2026, 1, 5, 10, 0)
 
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -29,6 +35,32 @@ def make_config(data_dir: Path, **sections: dict[str, object]) -> Config:
     """Defaults with a data dir of the test's own and small-data Spark settings."""
     return Config.model_validate({"data_dir": str(data_dir), "spark": {"conf": TEST_SPARK_CONF},
                                   **sections})
+
+
+#: A bronze row's fields where a test does not set them (``event_ts`` and ``event_id`` it
+#: must); ``event_date`` follows ``event_ts``.
+BRONZE_DEFAULTS: dict[str, object] = {
+    "session_id": "s1", "visitor_id": "v1", "type": "pageview", "page": "/",
+    "experiments": [("exp", "control", False)], "revenue": None, "units": None,
+    "page_load_ms": None, "source_file": "f", "arrived_at": T0_BRONZE, "ingested_at": T0_BRONZE,
+}
+
+
+def bronze_row(event_id: str, event_ts: datetime, **fields: object) -> tuple[object, ...]:
+    """One row of bronze ``events``, by field name; money as ``Decimal``."""
+    values = {**BRONZE_DEFAULTS, "event_id": event_id, "event_ts": event_ts,
+              "event_date": event_ts.date(), **fields}
+    if values["revenue"] is not None:
+        values["revenue"] = Decimal(values["revenue"])
+    unknown = set(values) - set(EVENTS.fieldNames())
+    if unknown:
+        raise TypeError(f"bronze has no field {sorted(unknown)}")
+    return tuple(values[name] for name in EVENTS.fieldNames())
+
+
+def bronze_frame(spark: SparkSession, rows: Iterable[tuple[object, ...]]) -> DataFrame:
+    """``bronze_row`` rows as a DataFrame of bronze's schema."""
+    return spark.createDataFrame(list(rows), EVENTS)
 
 
 def write_lines(folder: Path, name: str, lines: Iterable[str]) -> Path:

@@ -36,7 +36,7 @@ def test_help_lists_the_commands():
     (["run", "--once", "ingset"], {}, "unknown component 'ingset'"),
     (["generate", "--events", "10", "--effect", "happiness=0.1"], {}, "unknown effect"),
     (["batch", "--from", "2026-01-05T00:00Z"], {}, "--from and --to go together"),
-    (["batch", "--from", "2026-01-06", "--to", "2026-01-05"], {}, "needs --from before --to"),
+    (["batch", "--from", "2026-01-06", "--to", "2026-01-05"], {}, "--from must come before --to"),
     (["batch", "--all"], {"ABSTREAM__BATCH__CHUNK": "0 hours"}, "config: batch:"),
     (["report", "--html", "/nonexistent/report.html"], {}, "folder /nonexistent does not"),
     (["report"], {"ABSTREAM__REPORT__ALLOCATION": "{exp: {control: 0}}"},
@@ -107,10 +107,9 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
 
 @pytest.mark.slow
 def test_maintain_reports_per_table_and_as_json(spark, tmp_path):
-    from abstream.cli import _maintained
     from abstream.io.tables import EVENTS_TABLE, ensure_table
     from abstream.layout import Layout
-    from abstream.maintain import maintain
+    from abstream.maintain.run import maintain
     from tests.helpers import make_config
 
     ensure_table(spark, EVENTS_TABLE, Layout.of(tmp_path))
@@ -123,8 +122,8 @@ def test_maintain_reports_per_table_and_as_json(spark, tmp_path):
         ("experiment_metrics", False)]
     assert reports[0]["vacuumed"] == {"files": 0, "bytes": 0}
     assert "never run" in reports[0]["retention"]["reason"]
-    text = "\n".join(line for report in maintain(spark, make_config(tmp_path), dry_run=True)
-                     for line in _maintained(report))
+    text = "\n".join(report.text()
+                     for report in maintain(spark, make_config(tmp_path), dry_run=True))
     assert "events (dry run): 0 files (0 B) live, 0 files (0 B) stored" in text
     assert "would compact 0 closed partitions" in text
     assert "retention 168 h: the table's own delta.deletedFileRetentionDuration" in text

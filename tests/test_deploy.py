@@ -14,7 +14,7 @@ import yaml
 
 from abstream.cli import _parser
 from abstream.config import Config, load_config
-from abstream.runner import GRACE_SECONDS
+from abstream.speed.runner import GRACE_SECONDS
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 PORT = Config().monitor.exporter.port

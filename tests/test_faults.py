@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from abstream.components import COMPONENTS, pipeline_components
 from abstream.errors import AbstreamError, ComponentFailed
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
-from abstream.runner import run_continuously, run_once
+from abstream.speed import COMPONENTS, pipeline_components
+from abstream.speed.runner import run_continuously, run_once
 from tests.helpers import (
     assert_speed_layer_matches_reference,
     landing_records,

@@ -16,13 +16,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from abstream.batch import BatchRequest, BatchResult, run_batch
-from abstream.components import pipeline_components
-from abstream.components.base import Context
-from abstream.components.sessionize import SPEED
+from abstream import topology
+from abstream.batch.layer import BatchRequest, BatchResult, run_batch
 from abstream.config import Config
 from abstream.errors import UsageError
-from abstream.generator import GenerationSummary, GeneratorSettings, generate
+from abstream.generator.write import GenerationSummary, GeneratorSettings, generate
 from abstream.io.tables import (
     EVENTS_TABLE,
     METRICS_TABLE,
@@ -32,7 +30,11 @@ from abstream.io.tables import (
 )
 from abstream.layout import Layout
 from abstream.report.build import Report, build_report
-from abstream.runner import pipeline, run_once
+from abstream.report.text import render_text
+from abstream.speed.component import Context
+from abstream.speed.components import pipeline_components
+from abstream.speed.runner import pipeline, run_once
+from abstream.topology import SPEED
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +70,31 @@ class DemoResult:
             "reconciled": self.reconciled,
             "visits": self.visits,
             "gold_rows": self.gold_rows,
-            "batch": {"events": self.batch.events, "visits": self.batch.visits,
+            topology.BATCH: {"events": self.batch.events, "visits": self.batch.visits,
                       "metric_rows": self.batch.metric_rows,
                       "seconds": round(self.batch.seconds, 1),
                       "events_per_second": round(self.batch.events_per_second)},
             "elapsed_seconds": round(self.elapsed_seconds, 1),
             "events_per_second": round(self.generated.records / self.elapsed_seconds),
-            "generator": {k: v for k, v in self.generated.to_dict().items() if k != "files"},
+            "generator": self.generated.to_dict(files=False),
             "components": self.components,
             "report": self.report.to_dict(),
         }
+
+    def text(self) -> str:
+        """The report, then how the run reconciles and what each layer made."""
+        figures = self.figures()
+        mark = "ok" if self.reconciled else "MISMATCH"
+        return "\n".join([
+            "", render_text(self.report), "",
+            f"reconciliation: generated {self.generated.records:,} = bronze "
+            f"{self.bronze_rows:,} + rejected {self.rejected_rows:,} + duplicates "
+            f"{self.duplicate_rows:,}  [{mark}]",
+            f"speed layer: {self.visits:,} closed visits, {self.gold_rows:,} gold increments; "
+            f"batch layer: {self.batch.visits:,} visits, {self.batch.metric_rows:,} gold rows "
+            f"from {self.batch.events:,} events in {self.batch.seconds:.1f} s",
+            f"{figures['elapsed_seconds']} s end to end "
+            f"({figures['events_per_second']:,} events/s)"])
 
 
 def prepare_data_dir(data_dir: Path) -> None:
@@ -85,7 +102,7 @@ def prepare_data_dir(data_dir: Path) -> None:
     if data_dir.exists() and any(data_dir.iterdir()):
         if not (data_dir / MARKER).exists():
             raise UsageError(f"{data_dir} is not empty and was not made by a demo; "
-                             "give the demo an empty --data-dir")
+                             "give the demo an empty data dir")
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / MARKER).write_text("made by `abstream demo`; safe to delete\n")
@@ -95,7 +112,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
              effects: Mapping[str, float] = DEFAULT_EFFECTS,
              stop: threading.Event | None = None) -> DemoResult:
     began = time.monotonic()
-    config = config.model_copy(update={"source": "files"})
+    config = config.model_copy(update={"source": topology.FILES})
     layout = Layout.of(config.data_dir)
     prepare_data_dir(layout.local())
     landing = layout.local(layout.landing)
@@ -105,7 +122,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
              ", ".join(f"{k}={v:+.0%}" for k, v in effects.items()) or "none", landing,
              config.spark.master)
     settings = GeneratorSettings(events=events, seed=seed, effects=effects)
-    settings.validate()
+    settings.check()
     # The generator is Python and the JVM starts in its own process: one runs during the
     # other's start-up instead of after it.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="generator") as generator:
@@ -148,7 +165,7 @@ def _run(ctx: Context, layout: Layout, generated: GenerationSummary, began: floa
         generated=generated,
         bronze_rows=rows[EVENTS_TABLE.name],
         rejected_rows=rows[REJECTED_TABLE.name],
-        duplicate_rows=ctx.stats.component("ingest").duplicates_dropped,
+        duplicate_rows=ctx.stats.component(topology.INGEST.name).duplicates_dropped,
         visits=rows[SESSIONS_TABLE.name],
         gold_rows=rows[METRICS_TABLE.name],
         elapsed_seconds=time.monotonic() - began,

@@ -29,14 +29,24 @@ class Interrupted(AbstreamError):
     exit_code = 130
 
 
-class ComponentFailed(AbstreamError):
+class StepFailed(AbstreamError):
+    """A step failed for a cause outside abstream (starting Spark, a download, a broker):
+    the step and the cause stay attributes; the message is one line (by default the step
+    and the first line of the cause)."""
+
+    def __init__(self, step: str, cause: BaseException, message: str | None = None) -> None:
+        self.step, self.cause = step, cause
+        super().__init__(message or f"{step}: {first_line(cause)}")
+
+
+class ComponentFailed(StepFailed):
     """A component's query failed and is not restarted again: its cause is permanent, or
     it failed ``failures`` times within the restart window."""
 
     def __init__(self, component: str, cause: BaseException, failures: int = 1) -> None:
-        self.component, self.cause, self.failures = component, cause, failures
+        self.component, self.failures = component, failures
         times = f" {failures} times in a row" if failures > 1 else ""
-        super().__init__(f"{component} failed{times}: {root_cause(cause)}")
+        super().__init__(component, cause, f"{component} failed{times}: {root_cause(cause)}")
 
 
 def first_line(exc: BaseException) -> str:

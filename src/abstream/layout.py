@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from abstream import topology
+from abstream.config import KafkaSettings
 from abstream.errors import UsageError
+
+#: How a Kafka topic is written where a place is expected.
+KAFKA_SCHEME = "kafka://"
 
 
 def is_uri(location: str) -> bool:
@@ -34,31 +39,41 @@ class Layout:
 
     @property
     def landing(self) -> str:
-        return self._below("landing")
+        return self._below(topology.LANDING)
+
+    def table(self, name: str) -> str:
+        """The location of the Delta table ``name`` (one of ``topology``'s tables)."""
+        return self._below("tables", name)
 
     @property
     def events(self) -> str:
-        return self._below("tables", "events")
+        return self.table(topology.EVENTS)
 
     @property
     def rejected(self) -> str:
-        return self._below("tables", "rejected")
+        return self.table(topology.REJECTED)
 
     @property
     def sessions(self) -> str:
-        return self._below("tables", "sessions")
+        return self.table(topology.SESSIONS)
 
     @property
     def experiment_metrics(self) -> str:
-        return self._below("tables", "experiment_metrics")
+        return self.table(topology.EXPERIMENT_METRICS)
 
     @property
     def batch_coverage(self) -> str:
-        return self._below("tables", "batch_coverage")
+        return self.table(topology.BATCH_COVERAGE)
 
     @property
     def experiment_results(self) -> str:
-        return self._below("tables", "experiment_results")
+        return self.table(topology.EXPERIMENT_RESULTS)
+
+    def place(self, name: str, kafka: KafkaSettings) -> str:
+        """Where a component's input or output is: a folder, a table, or ``kafka://TOPIC``."""
+        if topology.is_topic(name):
+            return KAFKA_SCHEME + topic(name, kafka)
+        return self.landing if name == topology.LANDING else self.table(name)
 
     def checkpoint(self, component: str) -> str:
         return self._below("checkpoints", component)
@@ -69,3 +84,8 @@ class Layout:
         if is_uri(location):
             raise UsageError(f"{location} is not a local folder; this command needs one")
         return Path(location)
+
+
+def topic(name: str, kafka: KafkaSettings) -> str:
+    """The topic a ``kafka.<setting>`` place names."""
+    return str(getattr(kafka, name.removeprefix(topology.TOPIC_PREFIX)))

@@ -4,10 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from abstream.batch import BatchRequest, run_batch
 from abstream.batch.coverage import latest_coverage
+from abstream.batch.layer import BatchRequest, run_batch
 from abstream.batch.ranges import TimeRange
-from abstream.components import COMPONENTS
 from abstream.io.tables import (
     COVERAGE_TABLE,
     EVENTS_TABLE,
@@ -15,8 +14,9 @@ from abstream.io.tables import (
     SESSIONS_TABLE,
     read_table,
 )
-from abstream.runner import run_once
-from abstream.serving import serving_view
+from abstream.serving.view import serving_view
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_once
 from tests.batch.timeline import at, ingest
 from tests.helpers import reconfigure
 

@@ -2,7 +2,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from abstream.batch import BatchRequest
 from abstream.batch.ranges import TimeRange, ceil_to, difference, floor_to, union
+from abstream.errors import UsageError
 
 
 def t(hour: int, minute: int = 0) -> datetime:
@@ -53,3 +55,14 @@ def test_ranges_are_utc_and_not_empty():
         TimeRange(datetime(2026, 1, 5), datetime(2026, 1, 6))
     with pytest.raises(ValueError, match="empty"):
         TimeRange(t(2), t(2))
+
+
+@pytest.mark.parametrize(("mode", "start", "end", "message"), [
+    ("range", datetime(2026, 1, 5), None, "only a range, has a start and an end"),
+    ("all", datetime(2026, 1, 5), datetime(2026, 1, 6), "only a range, has a start and an end"),
+    ("range", datetime(2026, 1, 6), datetime(2026, 1, 5), "a start before its end"),
+])
+def test_a_batch_request_has_both_ends_in_order_exactly_when_it_is_a_range(mode, start, end,
+                                                                           message):
+    with pytest.raises(UsageError, match=message):
+        BatchRequest(mode, start, end)

@@ -3,8 +3,8 @@
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from abstream.components import COMPONENTS
-from abstream.runner import run_once
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_once
 from tests.helpers import beacon, dumps, write_lines
 
 CLOCK = "clock"

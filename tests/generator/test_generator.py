@@ -6,8 +6,8 @@ from datetime import datetime
 import pytest
 
 from abstream.errors import UsageError
-from abstream.generator import GeneratorSettings, generate
 from abstream.generator.faults import MALFORMED_KINDS
+from abstream.generator.write import GeneratorSettings, generate
 from tests.reference import valid_event
 
 GAP_MS = 35 * 60 * 1000
@@ -127,9 +127,10 @@ def test_rate_paces_the_writing(tmp_path):
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    (GeneratorSettings(events=0), "--events"),
-    (GeneratorSettings(events=10, rate=0), "--rate"),
-    (GeneratorSettings(events=10, duplicate_rate=1.5), "--duplicate-rate"),
+    (GeneratorSettings(events=0), "generator: events must be a positive"),
+    (GeneratorSettings(events=10, rate=0), "generator: rate must be"),
+    (GeneratorSettings(events=10, duplicate_rate=1.5),
+     r"generator: duplicate_rate must be in \[0, 1\)"),
     (GeneratorSettings(events=10, effects={"happiness": 0.1}), "unknown effect 'happiness'"),
     (GeneratorSettings(events=10, effects={"conversion": -1}), "greater than -1"),
 ])

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from abstream.components import COMPONENTS
 from abstream.errors import UsageError
 from abstream.io.checkpoints import prepare_checkpoint
 from abstream.io.tables import EVENTS_TABLE, read_table
-from abstream.runner import run_once
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_once
 from tests.helpers import beacon, dumps, forget_commits_after, write_lines
 
 TS = "2026-01-05T10:00:00.000Z"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from abstream.lag import (
+from abstream.lag.measure import (
     BEHIND,
     CAUGHT_UP,
     ERROR,

@@ -7,7 +7,7 @@ import pytest
 from delta.tables import DeltaTable
 
 from abstream.errors import AbstreamError
-from abstream.lag.deltalog import DataFile
+from abstream.io.deltalog import DataFile
 from abstream.maintain.compaction import Compaction, Partition, candidates, compact
 from abstream.maintain.vacuum import snapshot
 from tests.helpers import wait_until

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from delta.tables import DeltaTable
 
-from abstream.components import COMPONENTS, pipeline_components
 from abstream.config import MonitoredComponentSettings
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.tables import EVENTS_TABLE, ensure_table
-from abstream.maintain import maintain
-from abstream.runner import run_continuously, run_once
+from abstream.maintain.run import maintain
+from abstream.speed import COMPONENTS, pipeline_components
+from abstream.speed.runner import run_continuously, run_once
 from tests.helpers import (
     assert_speed_layer_matches_reference,
     beacon,

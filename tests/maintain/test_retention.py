@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from abstream.lag import MonitoredSource
+from abstream.lag.measure import MonitoredSource
 from abstream.maintain.retention import readers_of, retention_for
 from tests.lag.test_delta_lag import STEP, T0, Table
 

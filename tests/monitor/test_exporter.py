@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from abstream.components import COMPONENTS, pipeline_components
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.monitor.exporter import Exporter
-from abstream.runner import pipeline, run_once
+from abstream.speed import COMPONENTS, pipeline_components
+from abstream.speed.runner import pipeline, run_once
 from tests.helpers import make_config
 from tests.servers import pushgateway
 
@@ -43,7 +43,7 @@ def test_exporter_on_a_real_pipeline(spark, config, tmp_path):
     landing = Path(config.data_dir) / "landing"
     summary = generate(GeneratorSettings(events=1_500, seed=3, file_events=500), landing)
     exporter = Exporter(config)
-    with pipeline(config, exporter) as ctx:
+    with pipeline(config, [exporter.queries.observe]) as ctx:
         run_once(ctx, pipeline_components(ctx.config))
         layout = ctx.layout
         found = scrape(exporter)

@@ -11,10 +11,10 @@ import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
-from abstream.components import COMPONENTS
 from abstream.errors import AbstreamError
 from abstream.monitor.exporter import Exporter
-from abstream.runner import run_continuously
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_continuously
 from tests.helpers import beacon, dumps, make_config, reconfigure, wait_until, write_lines
 from tests.servers import free_port
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from abstream.components import COMPONENTS
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.monitor.exporter import Exporter
-from abstream.runner import pipeline, run_once
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import pipeline, run_once
 from tests.helpers import make_config, wait_until
 from tests.servers import free_port, prometheus
 
@@ -46,7 +46,7 @@ def test_stopped_fed_restarted(spark, tmp_path, capsys):
     rules = sorted((DEPLOY / "prometheus" / "rules").glob("*.yml"))
     try:
         with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], rules) as address, \
-                pipeline(config, exporter) as ctx:
+                pipeline(config, [exporter.queries.observe]) as ctx:
             events = ctx.layout.events
             run_once(ctx, [COMPONENTS["ingest"], COMPONENTS["sessionize"]])
 

@@ -14,7 +14,7 @@ import json
 from datetime import UTC, datetime
 
 from abstream.config import ReportSettings
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.report.build import experiment_report
 from abstream.report.moments import served_series
 from abstream.schemas import SESSIONS

@@ -17,19 +17,19 @@ from prometheus_client import CollectorRegistry
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from abstream.batch import BatchRequest, run_batch
-from abstream.components import Context, pipeline_components
+from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, ReportSettings
-from abstream.generator import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
 from abstream.monitor.experiments import ExperimentCollector
-from abstream.progress import ProgressListener, RunStats
 from abstream.report.build import METRICS, Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
 from abstream.report.moments import EMPTY, Moments, VariantSeries
 from abstream.report.publish import publish
 from abstream.report.text import render_text
-from abstream.runner import run_once
+from abstream.speed import Context, pipeline_components
+from abstream.speed.progress import ProgressListener, RunStats
+from abstream.speed.runner import run_once
 from tests import reference
 from tests.helpers import landing_records, make_config
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.components import COMPONENTS
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
-from abstream.runner import run_once
-from abstream.stages import kafka_records, validate
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_once
+from abstream.stages import beacons, kafka_records
 from tests.fuzz import BEACON_FIELDS, TS, fuzzed_records
 from tests.helpers import beacon, dumps, reconfigure
 
@@ -107,7 +107,7 @@ def _check(parsed: DataFrame, count: int) -> None:
 
 
 def _landing(spark: SparkSession, folder: Path) -> DataFrame:
-    return validate.parse_beacons(spark.read.format("text").load(str(folder)).select(
+    return beacons.parse_beacons(spark.read.format("text").load(str(folder)).select(
         "value", F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("arrived_at"),
         F.current_timestamp().alias("ingested_at")), MAX_BYTES, FUTURE)
@@ -137,7 +137,7 @@ def test_every_kafka_record_goes_to_exactly_one_topic(spark, drawn):
         [(bytearray(_encode(value)), "beacons", 0, offset, datetime(2026, 1, 5, tzinfo=UTC))
          for offset, value in enumerate(drawn)],
         "value binary, topic string, partition int, offset long, timestamp timestamp")
-    parsed = validate.parse_beacons(kafka_records.beacon_lines(records), MAX_BYTES, FUTURE)
+    parsed = beacons.parse_beacons(kafka_records.beacon_lines(records), MAX_BYTES, FUTURE)
     _check(parsed, len(drawn))
     out = kafka_records.topic_records(parsed, "valid", "rejected").collect()
     assert len(out) == len(drawn)

@@ -3,7 +3,6 @@ from decimal import Decimal
 
 import pytest
 
-from abstream.schemas import EVENTS
 from abstream.stages.sessions import (
     assemble_visits,
     event_targets,
@@ -12,6 +11,7 @@ from abstream.stages.sessions import (
     with_lineage,
     with_visit_start,
 )
+from tests.helpers import bronze_frame, bronze_row
 
 T0 = datetime(2026, 1, 5, 10, 0)
 GAP = timedelta(minutes=35)
@@ -23,11 +23,11 @@ def _events(spark, rows):
     for i, row in enumerate(rows):
         session, offset, kind, *rest = row
         revenue, units, experiments, visitor = ([*rest, None, None, None, None])[:4]
-        data.append((f"e{i}", T0 + offset, session, visitor or "v1", kind, "/",
-                     [("exp", "control", False)] if experiments is None else experiments,
-                     Decimal(revenue) if revenue is not None else None, units, None,
-                     "f", T0, T0, (T0 + offset).date()))
-    return spark.createDataFrame(data, EVENTS)
+        chosen = {} if experiments is None else {"experiments": experiments}
+        data.append(bronze_row(f"e{i}", T0 + offset, session_id=session,
+                               visitor_id=visitor or "v1", type=kind, revenue=revenue,
+                               units=units, **chosen))
+    return bronze_frame(spark, data)
 
 
 def _visits(spark, rows):

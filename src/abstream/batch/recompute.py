@@ -21,12 +21,12 @@ from pyspark.sql import functions as F
 
 from abstream.batch.ranges import TimeRange
 from abstream.config import Config
-from abstream.stages import dedupe, metrics, sessions
+from abstream.stages import dedupe, gold, sessions
 from abstream.times import from_micros, micros_from
+from abstream.topology import BATCH
 
 log = logging.getLogger(__name__)
 
-BATCH = "batch"
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     """The batch layer's visits (starting in ``span``) and gold rows (windows starting in
     ``span``) from ``bronze``, whose events all lie in ``data``."""
     gap = config.sessionize.gap
-    windowing = metrics.Windowing.of(config.metrics)
+    windowing = gold.Windowing.of(config.metrics)
     needed_end = span.end + windowing.length - windowing.step
     read = TimeRange(max(span.start - config.batch.lookahead, data.start),
                      min(needed_end + config.batch.lookahead, data.end))
@@ -122,8 +122,8 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     # and an observation there would never be filled in.
     events = started.where(between("event_ts", span.start, span.end)).count()
     in_windows = started.where(between("event_ts", span.start, needed_end))
-    gold = metrics.with_lineage(
-        metrics.experiment_metrics(
+    metrics = gold.with_lineage(
+        gold.experiment_metrics(
             sessions.event_targets(in_windows, sessions.visit_entries(visits)),
             sessions.visit_targets(visits.where(between("visit_start", span.start, needed_end))),
             windowing, config.metrics.hll_lg_k, exact_visitors=True)
@@ -133,7 +133,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     return Recomputed(
         visits=sessions.with_lineage(visits.where(between("visit_start", span.start, span.end)),
                                      BATCH),
-        gold=gold,
+        gold=metrics,
         events=events,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),

@@ -88,7 +88,7 @@ def _oversized(beacon: Beacon, rng: random.Random) -> str:
     return _dump(broken)
 
 
-#: kind -> how to break a beacon; the stage names the reason for each (see stages.validate).
+#: kind -> how to break a beacon; the stage names the reason for each (see stages.beacons).
 MALFORMED_KINDS: dict[str, Mutation] = {
     "truncated_json": _truncated,
     "not_an_object": _not_an_object,

@@ -24,9 +24,9 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from abstream.errors import UsageError
+from abstream.io.checkpoint_log import parse_offset
 from abstream.io.hadoop import HadoopFiles
 from abstream.io.sinks import last_writer
-from abstream.lag.checkpoint import parse_offset
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.errors import first_line
-from abstream.spark import session_conf
+from abstream.io.spark import session_conf
 
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 #: Delta's conflicts between transactions: its Python classes do not share a base class.

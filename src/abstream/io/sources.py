@@ -11,8 +11,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import KafkaSettings
+from abstream.io.checkpoint_log import parse_offset
 from abstream.io.hadoop import HadoopFiles
-from abstream.lag.checkpoint import parse_offset
 
 _COMMIT = re.compile(r"^\d{20}\.json$")
 _CHECKPOINT_FILE = re.compile(r"^\d{20}\.checkpoint.*\.parquet$")

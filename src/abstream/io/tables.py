@@ -10,6 +10,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from abstream import topology
 from abstream.errors import AbstreamError, UsageError
 from abstream.io.hadoop import HadoopFiles
 from abstream.layout import Layout
@@ -36,22 +37,23 @@ class TableSpec:
     stats_columns: tuple[str, ...] = ()
 
     def path(self, layout: Layout) -> str:
-        return str(getattr(layout, self.name))
+        return layout.table(self.name)
 
 
 #: Bronze is read by event time (the batch layer), ingestion time (de-duplication) and
 #: arrival time (the lag monitor's system lag).
-EVENTS_TABLE = TableSpec("events", EVENTS, ("event_date",),
+EVENTS_TABLE = TableSpec(topology.EVENTS, EVENTS, ("event_date",),
                          ("event_ts", "arrived_at", "ingested_at"))
-REJECTED_TABLE = TableSpec("rejected", REJECTED, ("ingest_date",), ("arrived_at", "ingested_at"))
+REJECTED_TABLE = TableSpec(topology.REJECTED, REJECTED, ("ingest_date",),
+                           ("arrived_at", "ingested_at"))
 #: Sessions and gold are partitioned by layer first: the speed layer's appends and the batch
 #: layer's range replacements touch different partitions, so they never conflict.
-SESSIONS_TABLE = TableSpec("sessions", SESSIONS, ("layer", "visit_date"),
+SESSIONS_TABLE = TableSpec(topology.SESSIONS, SESSIONS, ("layer", "visit_date"),
                            ("visit_start", "visit_end"))
-METRICS_TABLE = TableSpec("experiment_metrics", EXPERIMENT_METRICS, ("layer",),
+METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, EXPERIMENT_METRICS, ("layer",),
                           ("window_start", "window_end"))
-COVERAGE_TABLE = TableSpec("batch_coverage", BATCH_COVERAGE)
-RESULTS_TABLE = TableSpec("experiment_results", EXPERIMENT_RESULTS)
+COVERAGE_TABLE = TableSpec(topology.BATCH_COVERAGE, BATCH_COVERAGE)
+RESULTS_TABLE = TableSpec(topology.EXPERIMENT_RESULTS, EXPERIMENT_RESULTS)
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:

@@ -21,8 +21,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from abstream.errors import AbstreamError, first_line
+from abstream.io.deltalog import DataFile
 from abstream.io.sinks import CONFLICTS
-from abstream.lag.deltalog import DataFile
 
 log = logging.getLogger(__name__)
 

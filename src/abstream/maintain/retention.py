@@ -29,8 +29,8 @@ from pyspark.sql import SparkSession
 
 from abstream.durations import parse_interval, spark_interval
 from abstream.errors import AbstreamError
-from abstream.lag import BEHIND, CAUGHT_UP, NEVER_RUN, LagMonitor, MonitoredSource
-from abstream.lag.checkpoint import normalise_path
+from abstream.io.checkpoint_log import normalise_path
+from abstream.lag.measure import BEHIND, CAUGHT_UP, NEVER_RUN, LagMonitor, MonitoredSource
 from abstream.times import iso_from_ms
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ def oldest_need(location: str, readers: list[MonitoredSource], now_ms: int) -> N
                               f"{row.component} has not processed the table since version "
                               f"{row.oldest_unprocessed_version}, committed {iso_from_ms(since)}"))
             continue
-        assert table.earliest_version is not None
+        if table.earliest_version is None:  # no version left to read: nothing to keep
+            continue
         since = table.versions[table.earliest_version].timestamp_ms
         state = "has never run" if row.status == NEVER_RUN else \
             f"has a position that cannot be read ({row.detail or row.status})"

@@ -9,8 +9,9 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from abstream.lag.deltalog import DataFile, DeltaLogReader
-from abstream.lag.storage import Storage
+from abstream.io.deltalog import DataFile, DeltaLogReader
+from abstream.io.storage import Storage
+from abstream.rendering import size
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Files:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.files:,} files ({size(self.bytes)})"
 
 
 def snapshot(location: str) -> list[DataFile]:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from abstream.lag.deltalog import DeltaLogReader
+from abstream.io.deltalog import DeltaLogReader
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from abstream import topology
 from abstream.config import Config
 from abstream.errors import AbstreamError
-from abstream.lag import CAUGHT_UP, ERROR, LagMonitor, LagRow, MonitoredSource, source_kind
+from abstream.lag.measure import CAUGHT_UP, ERROR, LagMonitor, LagRow, MonitoredSource, source_kind
 from abstream.layout import Layout
 from abstream.monitor.experiments import ExperimentCollector
 from abstream.monitor.queries import QueryMetrics
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 STATUSES = (CAUGHT_UP, "behind", "never_run", "source_missing", ERROR)
 ARRIVAL_COLUMN = "arrived_at"
-ENTRY_COMPONENTS = ("validate", "archive")
 
 
 class LagCollector(Collector):
@@ -51,6 +51,14 @@ class LagCollector(Collector):
         self.monitor = LagMonitor(self.sources, clock, config.kafka)
         self._objectives = {(s.component, s.source): s.slo_seconds for s in self.sources}
         self._lock = threading.Lock()
+        # System lag: from arrival to gold, over the components up to bronze and the
+        # bronze files gold's writer has not read yet.
+        entry = topology.upstream_of(topology.EVENTS, config.source)
+        self._entry = {(node.name, self.layout.place(name, config.kafka))
+                       for node in entry for name in node.reads}
+        gold = topology.writer_of(topology.EXPERIMENT_METRICS, config.source)
+        self._gold_writer = MonitoredSource(gold.name, self.layout.checkpoint(gold.name),
+                                            self.layout.events)
         if self.own:  # system lag reads each bronze file's earliest arrival from its stats
             self.monitor.watch_stats(self.layout.events, ARRIVAL_COLUMN)
 
@@ -85,12 +93,8 @@ class LagCollector(Collector):
         read): both sides measure from when a beacon arrived (for archive: from when it
         reached the valid topic, milliseconds after it arrived)."""
         now_ms = self.clock() * 1000
-        ingest = [r.lag_seconds for r in rows
-                  if (r.component == "ingest" and r.source == self.layout.landing)
-                  or (r.component in ENTRY_COMPONENTS and r.source_kind == "kafka")]
-        gold_writer = MonitoredSource("sessionize", self.layout.checkpoint("sessionize"),
-                                      self.layout.events)
-        pending = self.monitor.pending_files(gold_writer) if self.monitor.table(
+        ingest = [r.lag_seconds for r in rows if (r.component, r.source) in self._entry]
+        pending = self.monitor.pending_files(self._gold_writer) if self.monitor.table(
             self.layout.events).exists else []
         arrivals = [f.stats_min_ms if f.stats_min_ms is not None else f.timestamp_ms
                     for f in pending]

@@ -17,8 +17,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from abstream.progress import DUPLICATES, LATE, OUTPUT_WATERMARK, REPORTED, STATE_ROWS, WATERMARK
-from abstream.stages.metrics import FRESHNESS, FRESHNESS_BUCKETS
+from abstream.observed import (
+    DUPLICATES,
+    FRESHNESS,
+    FRESHNESS_BUCKETS,
+    LATE,
+    OUTPUT_WATERMARK,
+    REPORTED,
+    STATE_ROWS,
+    WATERMARK,
+)
 from abstream.times import epoch_from_iso
 
 _DELTA_SOURCE = re.compile(r"^DeltaSource\[(?:file:)?(.*)\]$")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from abstream.components import pipeline_components
+from abstream import topology
 from abstream.config import Config
-from abstream.lag import KAFKA_SCHEME, MonitoredSource
-from abstream.layout import Layout
+from abstream.lag.measure import MonitoredSource
+from abstream.layout import KAFKA_SCHEME, Layout
 
 
 def monitored_sources(config: Config) -> list[MonitoredSource]:
@@ -15,9 +15,9 @@ def monitored_sources(config: Config) -> list[MonitoredSource]:
     default_slo = config.monitor.slo.total_seconds()
     sources = []
     if config.monitor.include_own:
-        sources = [MonitoredSource(c.name, layout.checkpoint(c.name), location, default_slo)
-                   for c in pipeline_components(config)
-                   for location in c.sources(config, layout)]
+        sources = [MonitoredSource(node.name, layout.checkpoint(node.name),
+                                   layout.place(name, config.kafka), default_slo)
+                   for node in topology.PIPELINES[config.source] for name in node.reads]
     for item in config.monitor.components:
         slo = item.slo.total_seconds() if item.slo is not None else default_slo
         sources.append(MonitoredSource(item.name, item.checkpoint, item.source, slo))
@@ -30,8 +30,7 @@ def watched_tables(config: Config) -> dict[str, str]:
     layout = Layout.of(config.data_dir)
     tables: dict[str, str] = {}
     if config.monitor.include_own:
-        tables = {name: getattr(layout, name) for name in
-                  ("events", "rejected", "sessions", "experiment_metrics")}
+        tables = {name: layout.table(name) for name in topology.PIPELINE_TABLES}
     for location in [*(s.source for s in monitored_sources(config)), *config.monitor.tables]:
         if location not in tables.values() and location != layout.landing \
                 and not location.startswith(KAFKA_SCHEME):

@@ -29,9 +29,9 @@ from abstream.report.statistics import (
     srm_p_value,
     welch,
 )
-from abstream.serving import serving_view, serving_visits
-from abstream.stages.metrics import Windowing
-from abstream.summary import VariantTotals, newest_window_end, variant_totals
+from abstream.serving.totals import VariantTotals, newest_window_end, variant_totals
+from abstream.serving.view import serving_view, serving_visits
+from abstream.stages.gold import Windowing
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from abstream.rendering import render_table
 from abstream.report.build import ExperimentReport, MetricComparison, Report, VariantReport
-from abstream.summary import render_table
 
 #: Metrics shown as percentages; the others are money.
 RATES = frozenset({"conversion_rate", "bounce_rate", "error_visit_rate"})

@@ -1,0 +1,217 @@
+"""What each command does with its parsed arguments: the library call, and the text or
+JSON of what it returns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from datetime import UTC, datetime
+from types import FrameType
+
+from abstream.config import Config
+from abstream.errors import AbstreamError, UsageError
+
+log = logging.getLogger("abstream")
+
+
+def generate(args: argparse.Namespace, config: Config) -> int:
+    from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
+    from abstream.io.kafka.topics import ensure_topics
+    from abstream.layout import Layout
+
+    settings = GeneratorSettings(
+        events=args.events, seed=args.seed, start=args.start, effects=dict(args.effect),
+        late_rate=args.late_rate, late_max=args.late_max, duplicate_rate=args.duplicate_rate,
+        malformed_rate=args.malformed_rate, file_events=args.file_events, rate=args.rate,
+        **({"span": args.span} if args.span else {}),
+    )
+    settings.check()
+    log.info("writing %s records%s", f"{args.events:,}",
+             f" at {args.rate:,.0f}/s" if args.rate else "")
+    if args.to == "kafka":
+        topic = args.topic or config.kafka.topic
+        ensure_topics(config.kafka, [topic], config.kafka.partitions)
+        summary = generate_to_kafka(settings, config.kafka, topic, _log_written)
+    else:
+        layout = Layout.of(config.data_dir)
+        summary = generate(settings, layout.local(layout.landing), _log_written)
+    print(json.dumps(summary.to_dict(files=False)) if args.json else summary.text())
+    return 0
+
+
+def _log_written(records: int) -> None:
+    log.info("%s records written", f"{records:,}")
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from abstream.monitor.exporter import Exporter
+    from abstream.speed import pipeline, select
+    from abstream.speed.runner import run_continuously, run_once
+
+    components = select(args.components, config)
+    stop = stop_on_signals()
+    exporter = Exporter(config)
+    if not args.no_exporter:
+        try:
+            exporter.serve()
+        except AbstreamError as exc:
+            log.warning("%s; running without the metrics endpoint", exc)
+    try:
+        with pipeline(config, [exporter.queries.observe]) as ctx:
+            if args.once:
+                run_once(ctx, components, stop)
+            else:
+                exporter.expect_queries(ctx.spark, [c.name for c in components])
+                run_continuously(ctx, components, stop)
+    finally:
+        exporter.push()
+        exporter.stop()
+    for line in ctx.stats.lines():
+        log.info("%s", line)
+    return 0
+
+
+def demo(args: argparse.Namespace, config: Config) -> int:
+    from abstream.demo import DEFAULT_EFFECTS, run_demo
+
+    if args.events <= 0:
+        raise UsageError("--events must be positive")
+    effects = dict(args.effect) if args.effect else dict(DEFAULT_EFFECTS)
+    result = run_demo(config, events=args.events, seed=args.seed, effects=effects,
+                      stop=stop_on_signals())
+    print(result.text())
+    if args.json:
+        print(json.dumps(result.figures()))
+    return 0 if result.reconciled else 1
+
+
+def batch(args: argparse.Namespace, config: Config) -> int:
+    from abstream.batch import BatchRequest, run_batch
+    from abstream.io.deployment import Deployment
+
+    if (args.start is None) != (args.end is None):
+        raise UsageError("--from and --to go together")
+    if args.start is not None and args.end <= args.start:
+        raise UsageError("--from must come before --to")
+    request = BatchRequest("range", args.start, args.end) if args.start else \
+        BatchRequest("since_last" if args.since_last else "all")
+    result = run_batch(Deployment.open(config), request,
+                       stop_on_signals("finishing the current chunk"))
+    print(result.text())
+    return 0
+
+
+def serving(args: argparse.Namespace, config: Config) -> int:
+    from abstream.layout import Layout
+    from abstream.serving import create_view_statement
+
+    if args.sql:
+        print(create_view_statement(Layout.of(config.data_dir), args.name) + ";")
+        return 0
+    from abstream.io.deployment import Deployment
+    from abstream.serving import serving_view
+    from abstream.serving.totals import format_table, variant_totals
+    from abstream.stages.gold import Windowing
+
+    deployment = Deployment.open(config)
+    view = serving_view(deployment.spark, deployment.layout, args.name)
+    print(format_table(variant_totals(view, Windowing.of(config.metrics))))
+    return 0
+
+
+def report(args: argparse.Namespace, config: Config) -> int:
+    from abstream.io.deployment import Deployment
+    from abstream.report.build import build_report
+    from abstream.report.text import render_text
+
+    if args.html is not None and not args.html.parent.is_dir():
+        raise UsageError(f"--html: folder {args.html.parent} does not exist")
+    deployment = Deployment.open(config)
+    report = build_report(deployment.spark, deployment.layout, config)
+    if args.html is not None:
+        from abstream.report.html import render_html
+
+        args.html.write_text(render_html(report), encoding="utf-8")
+        log.info("HTML report written to %s", args.html)
+    if args.publish:
+        from abstream.report.publish import publish
+
+        publish(deployment.spark, deployment.layout, report, datetime.now(UTC))
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    elif args.html is None and not args.publish:
+        print(render_text(report))
+    return 0
+
+
+def kafka_local(args: argparse.Namespace, config: Config) -> int:
+    from abstream.io.kafka.broker import local_broker
+
+    broker = local_broker(config)
+    if args.action == "start":
+        broker.start()
+    elif args.action == "stop":
+        broker.stop()
+    print(broker.status())
+    return 0 if args.action == "stop" or broker.pid() else 1
+
+
+def lag(args: argparse.Namespace, config: Config) -> int:
+    from abstream.lag import LagMonitor
+    from abstream.lag.table import lag_table
+    from abstream.monitor.targets import monitored_sources
+
+    monitor = LagMonitor(monitored_sources(config), kafka=config.kafka)
+    try:
+        rows = monitor.rows()
+    finally:
+        monitor.close()
+    print(json.dumps([row.to_dict() for row in rows]) if args.json else lag_table(rows))
+    return 0
+
+
+def maintain(args: argparse.Namespace, config: Config) -> int:
+    from abstream.io.deployment import Deployment
+    from abstream.maintain import maintain
+
+    reports = maintain(Deployment.open(config).spark, config, dry_run=args.dry_run)
+    print(json.dumps([report.to_dict() for report in reports]) if args.json
+          else "\n".join(report.text() for report in reports))
+    return 0
+
+
+def exporter(args: argparse.Namespace, config: Config) -> int:
+    from abstream.monitor.exporter import serve_until_stopped
+
+    if args.port is not None:
+        exporter = config.monitor.exporter.model_copy(update={"port": args.port})
+        config = config.model_copy(update={
+            "monitor": config.monitor.model_copy(update={"exporter": exporter})})
+    serve_until_stopped(config, stop_on_signals("stopping"))
+    return 0
+
+
+def jars(args: argparse.Namespace, config: Config) -> int:
+    from abstream.io.spark import fetch_jars
+
+    found = fetch_jars(config)
+    print(",".join(found) if args.comma else "\n".join(found))
+    return 0
+
+
+def stop_on_signals(what: str = "finishing the current micro-batch, then stopping"
+                     ) -> threading.Event:
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("received %s: %s (again to abort)", signal.Signals(signum).name, what)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop

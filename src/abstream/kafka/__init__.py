@@ -1,1 +1,0 @@
-"""Kafka: a local single-node broker for development and tests."""

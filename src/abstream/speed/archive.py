@@ -1,0 +1,33 @@
+"""archive: Kafka ``kafka.valid_topic`` + ``kafka.rejected_topic`` -> bronze ``events`` +
+quarantine ``rejected``, de-duplicated as ``ingest`` does (the validation stage upstream
+delivers at least once)."""
+
+from __future__ import annotations
+
+from pyspark.sql.streaming import DataStreamWriter
+
+from abstream.io.kafka.topics import ensure_topics
+from abstream.io.sources import kafka_stream
+from abstream.speed.component import Component, Context, stream_writer
+from abstream.speed.ingest import bronze_write
+from abstream.stages import kafka_records
+from abstream.topology import ARCHIVE
+
+NAME = ARCHIVE.name
+
+
+def build(ctx: Context) -> DataStreamWriter:
+    kafka = ctx.config.kafka
+    topics = [kafka.valid_topic, kafka.rejected_topic]
+    ensure_topics(kafka, topics, kafka.partitions)
+    records = kafka_stream(ctx.spark, kafka, topics,
+                           ctx.config.archive.max_offsets_per_trigger)
+    parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
+    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
+
+
+COMPONENT = Component(
+    node=ARCHIVE,
+    build=build,
+    trigger=lambda config: config.archive.trigger,
+)

@@ -1,0 +1,80 @@
+"""ingest: landing JSON lines -> bronze ``events`` + quarantine ``rejected``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+
+from abstream.io import sinks
+from abstream.io.sources import landing_lines
+from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, ensure_table
+from abstream.observed import DUPLICATES
+from abstream.speed.component import BatchWrite, Component, Context, stream_writer
+from abstream.stages import beacons, dedupe
+from abstream.times import from_micros
+from abstream.topology import EVENTS, INGEST, REJECTED
+
+NAME = INGEST.name
+
+
+def bronze_write(ctx: Context, component: str) -> BatchWrite:
+    """Writes checked records: valid events to bronze, each event_id once within
+    ``ingest.dedupe_window`` of ingestion, refused ones to quarantine; the time of each step
+    goes to ``component``'s steps."""
+    timed = partial(ctx.stats.timed, component)
+    events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    append_events = timed("bronze append",
+                          sinks.AppendOnce(events_path, EVENTS_TABLE.partition_by))
+    append_rejected = timed("quarantine append", sinks.AppendOnce(
+        ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout), REJECTED_TABLE.partition_by))
+    drop_duplicate_events = timed("find repeats", dedupe.drop_duplicate_events)
+    window = ctx.config.ingest.dedupe_window
+
+    def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
+        batch.persist()
+        try:
+            with ctx.stats.step(component, "parse and check"):
+                counts = batch.agg(
+                    F.count_if(F.col("reason").isNull()).alias("valid"),
+                    F.count_if(F.col("reason").isNotNull()).alias("rejected"),
+                    F.unix_micros(F.min("ingested_at")).alias("ingested")).first()
+            events = duplicates = 0
+            if counts["valid"]:
+                bronze = batch.sparkSession.read.format("delta").load(events_path)
+                seen = dedupe.recent_ids(bronze, from_micros(counts["ingested"]) - window)
+                written = Observation()
+                unique = drop_duplicate_events(beacons.valid_events(batch), seen) \
+                    .observe(written, F.count(F.lit(1)).alias("rows"))
+                events = counts["valid"]
+                # One file per event_date a micro-batch: sessionize reads bronze a number of
+                # files at a time, and a micro-batch's events split over two of its
+                # micro-batches would be late in the second (a backlog's micro-batch spans
+                # hours of event time).
+                if append_events(unique.coalesce(1), writer_id, batch_id):
+                    events = int(written.get["rows"])
+                    duplicates = counts["valid"] - events
+            if counts["rejected"]:
+                append_rejected(beacons.rejected_records(batch), writer_id, batch_id)
+        finally:
+            batch.unpersist()
+        return {EVENTS: events, REJECTED: counts["rejected"], DUPLICATES: duplicates}
+
+    return write
+
+
+def build(ctx: Context) -> DataStreamWriter:
+    settings = ctx.config.ingest
+    lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
+    parsed = beacons.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
+    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
+
+
+COMPONENT = Component(
+    node=INGEST,
+    build=build,
+    trigger=lambda config: config.ingest.trigger,
+)

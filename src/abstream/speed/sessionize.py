@@ -1,0 +1,376 @@
+"""sessionize: bronze ``events`` -> silver ``sessions`` (closed visits) + gold
+``experiment_metrics`` (fresh increments).
+
+Every micro-batch is a small batch job over the new bronze events and the events of the
+open visits they touch, which the component carries from one micro-batch to the next itself
+(``io.state``): Spark's batch operators (one sort by session and time, aggregates, joins)
+instead of its streaming state stores. Each micro-batch
+
+1. drops the new events behind its input watermark (the latest event time seen before the
+   batch, less ``sessionize.lateness``) and counts them. The events of a bronze commit it
+   read only part of (``maxFilesPerTrigger`` ended it there) move the watermark once the
+   commit is read whole: ingest writes a file per event date, and the later date's events
+   must not make the earlier date's, read in the next micro-batch, late;
+2. finds the visits of the new events with the events of the open visits of the sessions
+   they touch (``stages.sessions``) and writes them, once, as the micro-batch's state
+   snapshot;
+3. assembles their visits (cached: a row per visit) and appends to silver those that closed
+   (their last event + ``gap`` behind the next watermark), with the untouched open visits
+   that closed, as the snapshot that sessionized them kept them;
+4. appends to gold what changed: each event's targets it had not been counted for yet (an
+   event is counted as soon as it arrives, and again for a population it joins later, when
+   its visit meets an experiment or an exposure: its visit's entries now against those of
+   the visit it was counted in before), and the visit numbers of the visits that closed;
+5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
+   its events (its generation): those it sessionized whole (silver's columns), the others
+   by their key, end and events alone, as they are whole in their generation's snapshot.
+
+A micro-batch's work is its new events and the open visits they touch: in a live stream,
+where a visit stays open for the gap after its last event, most open visits are untouched
+in any one micro-batch, and their events and whole rows stay where an earlier snapshot
+wrote them; what a micro-batch writes of each is a narrow row. Once
+the visits left open would refer to more than ``sessionize.state_generations`` snapshots,
+the micro-batch copies the open visits' events of the oldest into its own snapshot. A
+micro-batch reads the events of the snapshots that hold the visits it touches, no others.
+
+Gold's speed rows are increments: the serving view adds them up per window. Each operator
+has its own watermark (``abstream.speed.watermarks``): the visits held open hold back the output
+watermark, so the windows after them never see a visit as late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+
+from abstream.io import sinks
+from abstream.io.sources import CommitsRead, UnfinishedCommit, delta_stream
+from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_source_table,
+    ensure_table,
+)
+from abstream.observed import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
+from abstream.schemas import OPEN_VISITS, SESSION_STATE
+from abstream.speed.component import Component, Context, stream_writer
+from abstream.speed.watermarks import input_watermark, output_watermark, source_watermark
+from abstream.stages import gold, sessions
+from abstream.topology import SESSIONIZE, SPEED
+
+NAME = SESSIONIZE.name
+#: The parts of the state snapshot: the events sessionized in the micro-batch, the visits
+#: left open, and the events of the open visits it did not touch, when it copied them.
+EVENTS, OPEN, CARRIED = "events", "open_visits", "carried_events"
+#: An open visit and the snapshot that holds its events.
+HELD_VISIT = (*sessions.VISIT, "generation")
+#: What a snapshot keeps of an open visit it carries (one an earlier snapshot sessionized
+#: and keeps whole): its other columns are NULL.
+CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
+#: The layout of the snapshots this version writes: an open visit is whole in its
+#: generation's snapshot only. Earlier snapshots (0) kept every open visit whole in each.
+WHOLE_IN_GENERATION = 1
+
+
+def _micros(value: int | None) -> Column:
+    return F.timestamp_micros(F.lit(value))
+
+
+def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> DataFrame:
+    """What each event counts for now (``sessions.event_targets``) and was not counted for
+    before: ``counted`` holds the entries of the visits the carried events were counted in
+    (by their ``counted_in``); targets only grow, so the difference is what is new."""
+    before = counted.select(
+        "session_id", F.col("visit_start").alias("counted_in"),
+        F.col("id").alias("experiment_id"), "variant",
+        F.col("qualified").alias("was_qualified"), F.col("exposed_at").alias("was_exposed_at"))
+    targets = sessions.event_targets(events, entries).join(
+        F.broadcast(before), ["session_id", "counted_in", "experiment_id", "variant"], "left")
+    already = F.col("was_qualified").isNotNull() & sessions.counts_for(
+        F.col("was_qualified"), F.col("was_exposed_at"), F.col("population"),
+        F.col("event_ts"))
+    return targets.where(~already)
+
+
+def _held(state: StateSnapshots, previous: Snapshot | None
+          ) -> tuple[DataFrame, tuple[int, ...]]:
+    """The visits ``previous`` left open (``CARRIED_VISIT``, and ``partial``: whether to
+    sessionize them again), and the snapshots that hold their events.
+
+    A snapshot written before open visits kept their generation held the events of its
+    open visits itself; one written before they were kept whole (NULL measures) kept them
+    partial."""
+    if previous is None:
+        return state.read(None, OPEN).select(*CARRIED_VISIT, F.lit(False).alias("partial")), ()
+    generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
+    partial = F.lit(False) if previous.form >= WHOLE_IN_GENERATION \
+        else F.col("pageviews").isNull()
+    visits = state.read(previous, OPEN).select(
+        *sessions.VISIT, F.coalesce("generation", F.lit(previous.batch)).alias("generation"),
+        "visit_end", "events", partial.alias("partial"))
+    return visits, generations
+
+
+def _whole(state: StateSnapshots, visits: DataFrame, batches: tuple[int, ...]) -> DataFrame:
+    """The held ``visits`` as the snapshots of their generations (``batches``) keep them,
+    whole, each with its ``generation``.
+
+    An open visit is whole in the snapshot that sessionized it (or copied it), whatever
+    the layout: earlier layouts kept it whole in the later snapshots too, as they keep it
+    in that one."""
+    kept = state.read_parts(batches, (OPEN,)).drop("generation") \
+        .withColumnRenamed(SNAPSHOT, "generation")
+    return kept.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi")
+
+
+def _carried(visits: DataFrame) -> DataFrame:
+    """Held ``visits`` as a snapshot that carries them keeps them: ``CARRIED_VISIT``, and
+    NULL for the other columns of an open visit."""
+    return visits.select(*(
+        F.col(field.name) if field.name in CARRIED_VISIT
+        else F.lit(None).cast(field.dataType).alias(field.name)
+        for field in OPEN_VISITS.fields))
+
+
+def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
+    """The events the snapshots of ``batches`` hold, each with the start of the visit it was
+    counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
+    (not late) and those they copied, including the events of visits closed or sessionized
+    again since (join them to the visits)."""
+    events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
+    return events.select(*sessions.SESSION_INPUT, "visit_start",
+                         F.col("visit_start").alias("counted_in"), "late",
+                         F.col(SNAPSHOT).alias("generation"))
+
+
+def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
+             ) -> tuple[DataFrame, DataFrame]:
+    """``new`` and the sessions sessionized again.
+
+    The sessions sessionized again are those with new events in time, and those of open
+    visits a snapshot did not keep whole (written before it did); the other open visits
+    are carried over as they are. Where ``previous`` holds events, ``new`` and the
+    sessions come back cached (unpersist them): ``new`` is read for the sessions it
+    touches and then sessionized, and the micro-batch reads bronze once; the sessions,
+    few, are joined to the held visits and events several times. Otherwise no session is
+    touched.
+    """
+    if previous is None or previous.held_rows == 0:
+        return new, new.select("session_id").limit(0)
+    new = new.persist(StorageLevel.MEMORY_AND_DISK)
+    touched = new.where(~F.col("late")).select("session_id").unionByName(
+        held_visits.where("partial").select("session_id")).distinct()
+    return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
+    """The snapshots that hold the events of held ``visits``, oldest first."""
+    rows = visits.select("generation").distinct().collect()
+    return tuple(sorted(row["generation"] for row in rows))
+
+
+def _arrived(batch: DataFrame, watermark: int | None, pending: Column) -> DataFrame:
+    """The micro-batch's events as sessionized (``SESSION_INPUT``, not yet counted), each
+    ``late`` when behind ``watermark`` (epoch microseconds) and ``pending`` when of a commit
+    read in part."""
+    late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
+    return batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
+                        late.alias("late"), pending.alias("pending"))
+
+
+def _seen(previous: Snapshot | None, newest: int | None, newest_pending: int | None,
+          unfinished: UnfinishedCommit | None
+          ) -> tuple[int | None, tuple[int, int | None] | None]:
+    """The latest event time of the commits read whole after a micro-batch whose events
+    not of the commit it read part of (``unfinished``) go up to ``newest``, and those of it
+    to ``newest_pending``; and the commit read in part, with the latest event time read of
+    it so far. The commit ``previous`` read part of is read whole unless the micro-batch
+    ended in it too."""
+    whole = [previous.seen_until, newest] if previous is not None else [newest]
+    part = [newest_pending]
+    if previous is not None and previous.unfinished is not None:
+        version, newest_read = previous.unfinished
+        same = unfinished is not None and unfinished.version == version
+        (part if same else whole).append(newest_read)
+    seen_until = max((t for t in whole if t is not None), default=None)
+    if unfinished is None:
+        return seen_until, None
+    return seen_until, (unfinished.version, max((t for t in part if t is not None), default=None))
+
+
+def _open_at(closing_at: int | None, gap_micros: int) -> Column:
+    """Whether a visit is still open when the watermark is ``closing_at``."""
+    if closing_at is None:
+        return F.lit(True)
+    return F.unix_micros("visit_end") + gap_micros >= closing_at
+
+
+def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
+    """The held ``events`` of the held ``visits``."""
+    return events.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi") \
+        .drop("generation")
+
+
+def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -> Observation:
+    """Write the events of the micro-batch's visits (``started``) as its snapshot's events
+    part, late ones with no visit; observed: how many were late, and the newest event time
+    (epoch microseconds) of those ``pending`` (of a commit read in part) and of the
+    others."""
+    seen = Observation()
+    state.write(batch_id, EVENTS, started
+                .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
+                .observe(seen, F.count_if("late").alias("late"),
+                         *(F.unix_micros(F.max(F.when(pending, F.col("event_ts")))).alias(name)
+                           for name, pending in (("newest", ~F.col("pending")),
+                                                 ("newest_pending", F.col("pending"))))))
+    return seen
+
+
+def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
+                carried: DataFrame, still_open: Column, *, held_in: tuple[int, ...],
+                limit: int) -> dict[str, Any]:
+    """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
+    ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
+    all close (``closing``), the generations of the carried ones that close
+    (``closing_in``), how many events the others hold (``rows``), when the earliest of them
+    started (``earliest``, epoch microseconds) and the snapshots their events are in
+    (``generations``), observed while they are written.
+
+    The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
+    ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
+    oldest are first copied into ``batch_id``'s, and they are kept whole in it, each visit
+    then referring to it: a micro-batch copies what one snapshot holds at most, and the
+    open visits are written once."""
+    moved = held_in[:max(0, len(held_in) + 1 - limit)]
+    generation = F.col("generation")
+    if moved:
+        moving = carried.where(still_open & generation.isin(*moved))
+        state.write(batch_id, CARRIED, _events_of(_generations(state, moved), moving))
+        sessionized = sessionized.unionByName(
+            _whole(state, moving, moved).withColumn("generation", F.lit(batch_id)))
+        carried = carried.where(~(still_open & generation.isin(*moved)))
+    carried_from = generation != batch_id
+    kept = Observation()
+    state.write(batch_id, OPEN, sessionized.unionByName(_carried(carried)).observe(
+        kept,
+        F.count_if(~still_open).alias("closing"),
+        F.array_sort(F.collect_set(F.when(~still_open & carried_from, generation)))
+        .alias("closing_in"),
+        F.sum(F.when(still_open, F.col("events"))).alias("rows"),
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+        F.array_sort(F.collect_set(F.when(still_open, generation))).alias("generations"),
+    ).where(still_open))
+    return dict(kept.get)
+
+
+def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[str, int]:
+    """A micro-batch's figures for its progress: visits closed, late events, the events
+    held, and its watermarks (epoch milliseconds)."""
+    report = {"visits": kept["closing"], LATE: late, STATE_ROWS: kept["rows"] or 0}
+    # Gold reads the events (not held) and the visits (held back to the earliest event
+    # still open): its input watermark is the lower of the two.
+    gold_watermark = input_watermark(
+        closing_at, output_watermark(closing_at, kept["earliest"]))
+    for key, micros in ((WATERMARK, closing_at), (OUTPUT_WATERMARK, gold_watermark)):
+        if micros is not None:
+            report[key] = micros // 1000
+    return report
+
+
+def build(ctx: Context) -> DataStreamWriter:
+    settings = ctx.config.sessionize
+    spark = ctx.spark
+    gap, lateness = settings.gap, settings.lateness
+    gap_micros = gap // timedelta(microseconds=1)
+    windowing = gold.Windowing.of(ctx.config.metrics)
+    events_path = ensure_source_table(spark, EVENTS_TABLE, ctx.layout, NAME)
+    timed = partial(ctx.stats.timed, NAME)
+    append_visits = timed("silver append", sinks.AppendOnce(
+        ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
+    append_gold = timed("gold append", sinks.AppendOnce(
+        ensure_table(spark, METRICS_TABLE, ctx.layout), METRICS_TABLE.partition_by))
+    snapshot_events = timed("events snapshot", _snapshot_events)
+    leave_open = timed("visits and open snapshot", _leave_open)
+    checkpoint = ctx.layout.checkpoint(NAME)
+    commits_read = CommitsRead(spark, checkpoint, events_path)
+    state = StateSnapshots(spark, checkpoint + "/state",
+                           {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
+                            CARRIED: SESSION_STATE})
+    stream = gold.observe_freshness(
+        delta_stream(spark, events_path, settings.max_files_per_trigger))
+
+    def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
+        previous = state.before(batch_id)
+        seen_before = previous.seen_until if previous is not None else None
+        unfinished = commits_read.unfinished(batch_id)
+        new = _arrived(batch, source_watermark(seen_before, lateness),
+                       F.lit(False) if unfinished is None else unfinished.holds())
+        held_visits, generations = _held(state, previous)
+        new, touched = _touched(new, held_visits, previous)
+        # Read three times (its snapshots, their events, its whole rows): cached, it scans
+        # the previous snapshot's open visits once.
+        touched_visits = held_visits.join(touched, "session_id", "left_semi") \
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            # Only the snapshots that hold the touched visits are read: no open visit, none.
+            touched_in = _snapshots_of(touched_visits) if generations else ()
+            held_touched = _events_of(
+                _generations(state, touched_in).join(touched, "session_id", "left_semi"),
+                touched_visits).drop("visit_start").withColumn("pending", F.lit(False))
+            untouched_visits = held_visits.join(touched, "session_id", "left_anti")
+            # The late events are kept in the snapshot, marked and in no visit, so that the
+            # micro-batch reads bronze once: they are counted there and go no further.
+            started = sessions.with_visit_start(held_touched.unionByName(new), gap,
+                                                apart=("late",))
+            seen = snapshot_events(state, batch_id, started)
+            seen_until, reading = _seen(previous, seen.get["newest"],
+                                        seen.get["newest_pending"], unfinished)
+            # Everything below reads the snapshot just written: the micro-batch is sessionized
+            # once.
+            sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
+            visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                closing_at = source_watermark(seen_until, lateness)
+                still_open = _open_at(closing_at, gap_micros)
+                kept = leave_open(
+                    state, batch_id, visits.withColumn("generation", F.lit(batch_id))
+                    .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
+                    held_in=generations, limit=settings.state_generations)
+                closed = visits.where(~still_open).unionByName(_whole(
+                    state, untouched_visits.where(~still_open), tuple(kept["closing_in"]))
+                    .drop("generation"))
+                if kept["closing"]:
+                    append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
+                fresh = fresh_targets(
+                    sessionized, sessions.visit_entries(visits),
+                    sessions.visit_entries(_whole(state, touched_visits, touched_in)))
+                append_gold(gold.with_lineage(gold.experiment_metrics(
+                    fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
+                    SPEED), writer_id, batch_id)
+            finally:
+                visits.unpersist()
+        finally:
+            new.unpersist()
+            touched.unpersist()
+            touched_visits.unpersist()
+        state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
+                       WHOLE_IN_GENERATION, unfinished=reading)
+        return _report(kept, seen.get["late"], closing_at)
+
+    return stream_writer(ctx, NAME, stream, write)
+
+
+COMPONENT = Component(
+    node=SESSIONIZE,
+    build=build,
+    trigger=lambda config: config.sessionize.trigger,
+)

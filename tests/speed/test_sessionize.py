@@ -1,0 +1,248 @@
+import json
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_table,
+    read_table,
+)
+from abstream.schemas import EVENTS
+from abstream.speed import COMPONENTS
+from abstream.speed.runner import run_once
+from tests.helpers import bronze_frame, bronze_row, reconfigure
+
+T0 = datetime(2026, 1, 5, 10, 0)
+ENTRIES = [("exp", "control", False)]
+
+
+def _bronze(rows):
+    """Bronze rows of (id, session, ts)."""
+    return [bronze_row(event_id, ts, session_id=session, visitor_id="v", experiments=ENTRIES,
+                       page_load_ms=100) for event_id, session, ts in rows]
+
+
+def _append(ctx, rows):
+    """One bronze commit (one micro-batch with maxFilesPerTrigger=1): (id, session, ts)."""
+    path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    bronze_frame(ctx.spark, _bronze(rows)).coalesce(1).write.format("delta") \
+        .mode("append").save(path)
+
+
+def _state(ctx) -> Path:
+    """Sessionize's state snapshots."""
+    return Path(ctx.layout.checkpoint("sessionize")) / "state"
+
+
+def _visits(ctx):
+    rows = read_table(ctx.spark, SESSIONS_TABLE, ctx.layout).collect()
+    return sorted((r["session_id"], r["events"]) for r in rows)
+
+
+def test_session_boundary_holds_across_micro_batches(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    gap = timedelta(minutes=35)
+    _append(ctx, [("a1", "exact", T0), ("b1", "over", T0)])
+    _append(ctx, [("a2", "exact", T0 + gap), ("b2", "over", T0 + gap + timedelta(milliseconds=1))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("exact", 2), ("over", 1), ("over", 1)]
+    assert ctx.stats.component("sessionize").batches >= 3
+
+
+def test_events_behind_the_watermark_are_dropped_and_counted(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1)
+    _append(ctx, [("a", "s1", T0 + timedelta(hours=3))])
+    _append(ctx, [("b", "s2", T0 + timedelta(hours=6))])
+    _append(ctx, [("late", "s3", T0)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").late_rows_dropped == 1
+    stats = ctx.stats.as_dict()["sessionize"]
+    assert stats["state_rows"] == 1, "the event of s2 is held: its visit is still open"
+    assert ("s3", 1) not in _visits(ctx)
+    assert stats["input_rows"] == 3, "each micro-batch reads its bronze events once"
+
+
+def test_a_commit_read_in_part_makes_none_of_its_events_late(ctx):
+    """An ingest commit holds a file per event date; a micro-batch that ends between them
+    (maxFilesPerTrigger) must not let the later date's events make the earlier's late."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    midnight = datetime(2026, 1, 6)
+    _append(ctx, [("a", "s1", midnight - timedelta(hours=2))])
+    # One commit of two files, written by one task each: the later date's first.
+    later, earlier = (_bronze([row]) for row in (("c", "s3", midnight + timedelta(hours=1)),
+                                                 ("b", "s2", midnight - timedelta(hours=1))))
+    ctx.spark.createDataFrame(ctx.spark.sparkContext.parallelize(later + earlier, 2), EVENTS) \
+        .write.format("delta").mode("append").save(ctx.layout.events)
+    commit = max((Path(ctx.layout.events) / "_delta_log").glob("*.json"))
+    adds = [json.loads(line)["add"] for line in commit.read_text().splitlines()
+            if '"add"' in line]
+    assert [add["partitionValues"]["event_date"] for add in adds] == ["2026-01-06", "2026-01-05"]
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").batches == 3, "one file a micro-batch"
+    assert ctx.stats.component("sessionize").late_rows_dropped == 0
+    # Read whole, the commit moves the watermark to its latest event (1:00, no lateness):
+    # the visits of 22:00 and 23:00 closed, the one of 1:00 is open.
+    assert _visits(ctx) == [("s1", 1), ("s2", 1)]
+
+
+def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    step = timedelta(minutes=30)
+    for i in range(6):
+        _append(ctx, [(f"long{i}", "long", T0 + i * step), (f"other{i}", f"o{i}", T0 + i * step)])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=9))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ("long", 6) in _visits(ctx)
+    assert len(_visits(ctx)) == 7
+    stats = ctx.stats.as_dict()["sessionize"]
+    assert stats["peak_state_rows"] == 8, "long's six events and the two visits before it"
+    assert stats["state_rows"] == 1, "only the visit at +9 h is still open"
+    assert set(stats["step_seconds"]) == {"events snapshot", "visits and open snapshot",
+                                          "silver append", "gold append"}
+    assert ctx.stats.component("sessionize").batches >= 7
+
+
+def _assigned_events(ctx):
+    """Gold's events of the assigned population, all windows and micro-batches together."""
+    rows = read_table(ctx.spark, METRICS_TABLE, ctx.layout) \
+        .where("population = 'assigned'").agg(F.sum("events"), F.sum("visits")).first()
+    return rows[0], rows[1]
+
+
+def _carried_then_touched(ctx):
+    """Open visits untouched for micro-batches, one touched again, one closing untouched."""
+    minutes = [timedelta(minutes=m) for m in range(0, 60, 10)]
+    _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + minutes[1]),
+                  ("q1", "quiet", T0), ("b1", "busy", T0)])
+    _append(ctx, [("b2", "busy", T0 + minutes[2])])
+    _append(ctx, [("b3", "busy", T0 + minutes[3]), ("i3", "idle", T0 + minutes[4])])
+    _append(ctx, [("b4", "busy", T0 + minutes[5])])
+
+
+@pytest.mark.parametrize(("generations", "copied_into"), [
+    (8, []),
+    # One snapshot at most: each micro-batch copies the open visits of the one before.
+    (1, ["batch=2", "batch=3"]),
+])
+def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, copied_into):
+    """Untouched visits stay in the snapshot that sessionized them (up to ``generations``
+    snapshots), or those of the oldest snapshot are copied into the newest one."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
+                      state_generations=generations)
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("quiet", 1)], "quiet closed at +50 min without a new event"
+    state = _state(ctx)
+    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=2", "batch=3"], \
+        "idle (sessionized in 2) and busy (in 3) are open"
+    copied = sorted(p.parent.name for p in state.glob("batch=*/carried_events"))
+    assert copied == copied_into
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
+    assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_past_the_limit_only_the_oldest_snapshot_is_copied(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
+                      state_generations=2)
+    minute = timedelta(minutes=1)
+    _append(ctx, [("a1", "A", T0), ("c1", "C", T0)])
+    _append(ctx, [("b1", "B", T0 + minute)])
+    _append(ctx, [("d1", "D", T0 + 2 * minute)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = _state(ctx)
+    carried = ctx.spark.read.parquet(str(state / "batch=2" / "carried_events"))
+    assert sorted(r["session_id"] for r in carried.collect()) == ["A", "C"], \
+        "the third snapshot takes in the first one's open visits, not the second one's"
+    _append(ctx, [("a2", "A", T0 + 3 * minute)])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("A", 2), ("B", 1), ("C", 1), ("D", 1)]
+    assert _assigned_events(ctx) == (6, 4), "each event and each closed visit counted once"
+
+
+def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _append(ctx, [("i1", "idle", T0), ("b1", "busy", T0)])
+    for minutes in (5, 10, 15):
+        _append(ctx, [(f"b{minutes}", "busy", T0 + timedelta(minutes=minutes))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = _state(ctx)
+    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=0", "batch=2", "batch=3"]
+    assert not list(state.glob("batch=*/carried_events")), "nothing copied"
+    _append(ctx, [("i2", "idle", T0 + timedelta(minutes=20))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 2)]
+    assert _assigned_events(ctx) == (7, 2)
+
+
+@pytest.mark.parametrize("kept", [
+    ("session_id", "visit_start", "experiments"),
+    ("session_id", "visit_start", "visit_end", "events", "experiments", "generation"),
+], ids=["entries only", "without measures"])
+def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
+    """A snapshot written before open visits were kept whole (before they kept their end
+    and events, and before the events of untouched visits were carried apart): its open
+    visits are sessionized again."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _append(ctx, [("i1", "idle", T0), ("i2", "idle", T0 + timedelta(minutes=10)),
+                  ("b1", "busy", T0)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = _state(ctx)
+    (snapshot,) = state.glob("batch=*")
+    open_visits = snapshot / "open_visits"
+    old = ctx.spark.read.parquet(str(open_visits)).select(*kept)
+    old.write.parquet(str(tmp_path / "open_visits"))
+    shutil.rmtree(open_visits)
+    shutil.move(tmp_path / "open_visits", open_visits)
+    done = snapshot / "_abstream_state.json"
+    done.write_text(json.dumps({"seen_until": json.loads(done.read_text())["seen_until"]}))
+    (snapshot / f".{done.name}.crc").unlink()
+    _append(ctx, [("b2", "busy", T0 + timedelta(minutes=20))])
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 2), ("idle", 2)]
+    assert _assigned_events(ctx) == (5, 2)
+
+
+def test_open_visits_are_whole_in_one_snapshot_and_the_earlier_layout_goes_on(ctx, tmp_path):
+    """An open visit is whole only in the snapshot that sessionized it; the later ones carry
+    its key, end, events and generation. A snapshot of the earlier layout, where each kept
+    its carried visits whole too, is carried on as if this version had written it."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    latest = _state(ctx) / "batch=3"
+    kept = ctx.spark.read.parquet(str(latest / "open_visits"))
+    carried = kept.where(F.col("pageviews").isNull())
+    assert [(r["session_id"], r["generation"], r["events"], r["experiments"])
+            for r in carried.collect()] == [("idle", 2, 3, None)], \
+        "idle, sessionized in batch 2, is carried narrow by batch 3"
+    earlier = kept.where(F.col("pageviews").isNotNull()).unionByName(
+        ctx.spark.read.parquet(str(_state(ctx) / "batch=2" / "open_visits"))
+        .join(carried.select("session_id", "visit_start"), ["session_id", "visit_start"],
+              "left_semi"))
+    earlier.coalesce(1).write.parquet(str(tmp_path / "open_visits"))
+    assert sorted((r["session_id"], r["generation"], r["pageviews"]) for r in
+                  ctx.spark.read.parquet(str(tmp_path / "open_visits")).collect()) == \
+        [("busy", 3, 4), ("idle", 2, 3)], "both whole, each with its generation"
+    shutil.rmtree(latest / "open_visits")
+    shutil.move(tmp_path / "open_visits", latest / "open_visits")
+    done = latest / "_abstream_state.json"
+    info = json.loads(done.read_text())
+    del info["form"]
+    done.write_text(json.dumps(info))
+    (latest / f".{done.name}.crc").unlink()
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
+    assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
