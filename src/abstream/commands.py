@@ -18,11 +18,11 @@ log = logging.getLogger("abstream")
 
 
 def generate(args: argparse.Namespace, config: Config) -> int:
-    from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
+    from abstream import generator
     from abstream.io.kafka.topics import ensure_topics
     from abstream.layout import Layout
 
-    settings = GeneratorSettings(
+    settings = generator.GeneratorSettings(
         events=args.events, seed=args.seed, start=args.start, effects=dict(args.effect),
         late_rate=args.late_rate, late_max=args.late_max, duplicate_rate=args.duplicate_rate,
         malformed_rate=args.malformed_rate, file_events=args.file_events, rate=args.rate,
@@ -34,10 +34,10 @@ def generate(args: argparse.Namespace, config: Config) -> int:
     if args.to == "kafka":
         topic = args.topic or config.kafka.topic
         ensure_topics(config.kafka, [topic], config.kafka.partitions)
-        summary = generate_to_kafka(settings, config.kafka, topic, _log_written)
+        summary = generator.generate_to_kafka(settings, config.kafka, topic, _log_written)
     else:
         layout = Layout.of(config.data_dir)
-        summary = generate(settings, layout.local(layout.landing), _log_written)
+        summary = generator.generate(settings, layout.local(layout.landing), _log_written)
     print(json.dumps(summary.to_dict(files=False)) if args.json else summary.text())
     return 0
 
