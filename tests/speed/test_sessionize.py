@@ -246,3 +246,23 @@ def test_open_visits_are_whole_in_one_snapshot_and_the_earlier_layout_goes_on(ct
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
     assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_a_first_start_on_a_snapshot_makes_none_of_its_events_late(ctx):
+    """A bronze with a Delta checkpoint is read from its snapshot, file by file in order of
+    modification time: a later date's file written first must not make the earlier date's
+    events, in a file written after it, late."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    midnight = datetime(2026, 1, 6)
+    path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    ctx.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                  "('delta.checkpointInterval' = '1')")
+    _append(ctx, [("c", "s3", midnight + timedelta(hours=1))])
+    _append(ctx, [("b", "s2", midnight - timedelta(hours=1))])
+    assert (Path(path) / "_delta_log" / "_last_checkpoint").exists()
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").batches == 2, "one file a micro-batch"
+    assert ctx.stats.component("sessionize").late_rows_dropped == 0
+    # Read whole, the snapshot moves the watermark to its latest event (1:00): the visit of
+    # 23:00 closed, the one of 1:00 is open.
+    assert _visits(ctx) == [("s2", 1)]

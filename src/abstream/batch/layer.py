@@ -163,7 +163,7 @@ def changed_since_computed(ctx: Deployment, coverage: list[Covered], bronze: Bro
     added = [(unquote(posixpath.basename(path)), posixpath.dirname(path), version.version)
              for version in reader.data_versions_after(since - 1)
              if version.version <= bronze.version
-             for path, _, _ in version.added]
+             for path, _, _, _ in version.added]
     if not added:
         return []
     spark = ctx.spark

@@ -1,9 +1,10 @@
-"""An incremental reader of a Delta table's transaction log, for lag monitoring.
+"""An incremental reader of a Delta table's transaction log, without Spark.
 
-Only what lag needs is kept per version: when it was committed and the data files it added
-(``add`` actions with ``dataChange = true``, in log order: the order Delta's streaming
-source indexes them). Versions without such files (OPTIMIZE, VACUUM, metadata changes) are
-not data. After the first read, a refresh only probes for the next version files.
+Only what lag and watermarks need is kept per version: when it was committed and the data
+files it added (``add`` actions with ``dataChange = true``, in log order: the order Delta's
+streaming source indexes them), with the minimum of one column from their statistics.
+Versions without such files (OPTIMIZE, VACUUM, metadata changes) are not data. After the
+first read, a refresh only probes for the next version files.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet$"
 @dataclass(frozen=True)
 class DataFile:
     """A data file of the table; ``version`` is the commit that added it (None if unknown:
-    added before the oldest commit file still in the log)."""
+    added before the oldest commit file still in the log); ``stats_min_ms`` the minimum of
+    the reader's ``stats_column`` in it, when its statistics have one."""
 
     path: str
     size: int
     modification_time_ms: int
     version: int | None
+    stats_min_ms: int | None = None
 
 
-FileAction = tuple[str, int, int]
-"""(path, size, modification time) of a file an ``add`` action names."""
+FileAction = tuple[str, int, int, int | None]
+"""(path, size, modification time, minimum of the ``stats_column`` in epoch ms) of a file an
+``add`` action names."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,35 @@ class Version:
     #: Files added without changing data (OPTIMIZE and other rewrites).
     rewritten: tuple[FileAction, ...]
     removed: tuple[str, ...]
-    #: Per data file added: the minimum of the reader's ``stats_column`` (epoch ms), from
-    #: Delta's file statistics, when it has one.
-    added_min_ms: tuple[int | None, ...] = ()
 
     @property
     def is_data_change(self) -> bool:
         return bool(self.added)
+
+
+def stats_min_ms(stats: str | None, column: str | None) -> int | None:
+    """The minimum of the timestamp ``column`` (epoch ms) in an ``add`` action's statistics
+    (JSON), None when they have none. Delta writes a timestamp's minimum truncated to the
+    millisecond: never above the true minimum."""
+    return _stats_ms(stats, column, "minValues")
+
+
+def stats_max_ms(stats: str | None, column: str | None) -> int | None:
+    """The maximum of the timestamp ``column`` (epoch ms) in an ``add`` action's statistics,
+    to the millisecond, None when they have none."""
+    return _stats_ms(stats, column, "maxValues")
+
+
+def _stats_ms(stats: str | None, column: str | None, kind: str) -> int | None:
+    if column is None or not stats:
+        return None
+    value = json.loads(stats).get(kind, {}).get(column)
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(epoch_from_iso(value) * 1000)
+    except ValueError:
+        return None
 
 
 class DeltaLogReader:
@@ -104,7 +130,6 @@ class DeltaLogReader:
     def _read_commit(self, version: int, mtime_ms: int) -> None:
         timestamp_ms = mtime_ms
         added: list[FileAction] = []
-        added_min_ms: list[int | None] = []
         rewritten: list[FileAction] = []
         removed: list[str] = []
         for line in self.storage.read_text(self._commit_path(version)).splitlines():
@@ -113,10 +138,10 @@ class DeltaLogReader:
             action = json.loads(line)
             if "add" in action:
                 add = action["add"]
-                file = (add["path"], int(add.get("size", 0)), int(add.get("modificationTime", 0)))
+                file = (add["path"], int(add.get("size", 0)), int(add.get("modificationTime", 0)),
+                        self._stats_min(add.get("stats")))
                 if add.get("dataChange", True):
                     added.append(file)
-                    added_min_ms.append(self._stats_min(add.get("stats")))
                 else:
                     rewritten.append(file)
             elif "remove" in action:
@@ -128,7 +153,7 @@ class DeltaLogReader:
                 if ict is not None:
                     timestamp_ms = int(ict)
         self.versions[version] = Version(version, timestamp_ms, tuple(added), tuple(rewritten),
-                                         tuple(removed), tuple(added_min_ms))
+                                         tuple(removed))
         self.latest_version = version
         if added:
             self.latest_data_version = version
@@ -136,15 +161,7 @@ class DeltaLogReader:
             self.earliest_version = version
 
     def _stats_min(self, stats: str | None) -> int | None:
-        if self.stats_column is None or not stats:
-            return None
-        value = json.loads(stats).get("minValues", {}).get(self.stats_column)
-        if not isinstance(value, str):
-            return None
-        try:
-            return int(epoch_from_iso(value) * 1000)
-        except ValueError:
-            return None
+        return stats_min_ms(stats, self.stats_column)
 
     def data_versions_after(self, version: int) -> list[Version]:
         """Versions later than ``version`` that added data, oldest first."""
@@ -173,14 +190,14 @@ class DeltaLogReader:
             if commit is None:
                 continue
             gone = [files.pop(path) for path in commit.removed if path in files]
-            for path, size, mtime in commit.added:
-                files[path] = DataFile(path, size, mtime, number)
+            for path, size, mtime, minimum in commit.added:
+                files[path] = DataFile(path, size, mtime, number, minimum)
             # A rewritten file holds records of the files it replaced: the oldest of them
             # is at most as old as the oldest replaced file.
             known = [f.version for f in gone if f.version is not None]
             origin = min(known) if known else (None if gone else number)
-            for path, size, mtime in commit.rewritten:
-                files[path] = DataFile(path, size, mtime, origin)
+            for path, size, mtime, minimum in commit.rewritten:
+                files[path] = DataFile(path, size, mtime, origin, minimum)
         return list(files.values())
 
     def _from_checkpoint(self, version: int) -> tuple[dict[str, DataFile], int]:
@@ -204,5 +221,6 @@ class DeltaLogReader:
             for add in table:
                 if add is not None:
                     files[add["path"]] = DataFile(add["path"], int(add.get("size") or 0),
-                                                  int(add.get("modificationTime") or 0), None)
+                                                  int(add.get("modificationTime") or 0), None,
+                                                  self._stats_min(add.get("stats")))
         return files, number + 1

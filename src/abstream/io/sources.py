@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import re
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import KafkaSettings
 from abstream.io.checkpoint_log import parse_offset
+from abstream.io.deltalog import DeltaLogReader, stats_max_ms, stats_min_ms
 from abstream.io.hadoop import HadoopFiles
+
+log = logging.getLogger(__name__)
 
 _COMMIT = re.compile(r"^\d{20}\.json$")
 _CHECKPOINT_FILE = re.compile(r"^\d{20}\.checkpoint.*\.parquet$")
@@ -48,13 +52,8 @@ def make_dirs(spark: SparkSession, location: str) -> None:
 _MAX_COMMITS_READ = 100
 
 
-#: The column of a Delta stream's rows that names the data file each was read from.
-READ_FROM = "read_from"
-
-
 def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> DataFrame:
-    """The appends to a Delta table, in commit order, each row with the name of its data
-    file (``READ_FROM``, for ``CommitsRead``).
+    """The appends to a Delta table, in commit order.
 
     A query's first micro-batch reads the table's commits from version 0 on where the log
     still holds all of them and none deletes or rewrites rows (a young append-only table,
@@ -66,54 +65,101 @@ def delta_stream(spark: SparkSession, path: str, max_files_per_trigger: int) -> 
     reader = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files_per_trigger)
     if _only_appends_since_creation(spark, path):
         reader = reader.option("startingVersion", 0)
-    return reader.load(path).withColumn(READ_FROM, F.regexp_extract(F.input_file_name(),
-                                                                    "[^/]*$", 0))
+    return reader.load(path)
 
 
 @dataclass(frozen=True)
-class UnfinishedCommit:
-    """The commit (``version``) of a Delta table a micro-batch read only part of, and the
-    names of its data files (``READ_FROM``)."""
+class BatchEnd:
+    """Where a micro-batch of a Delta stream ended: between commits, or ``inside`` a commit
+    or the snapshot a first start reads. Inside, ``earliest_unread`` is the earliest value
+    of the statistics column in the files it left unread there (epoch microseconds; None
+    when some file's statistics lack it), and ``finished_latest`` the latest value in the
+    commits it read to their end before the one it ended in (None for none, or not known
+    from the log alone)."""
 
-    version: int
-    files: frozenset[str]
-
-    def holds(self) -> Column:
-        """Whether a row of the micro-batch is of this commit."""
-        return F.col(READ_FROM).isin(*self.files)
+    inside: bool
+    earliest_unread: int | None = None
+    finished_latest: int | None = None
 
 
 class CommitsRead:
-    """Which commits of the Delta table at ``path`` (read with ``delta_stream``) the
-    micro-batches of the query checkpointed at ``checkpoint`` read whole; each file system
-    is opened once, for every micro-batch."""
+    """Where each micro-batch of the query checkpointed at ``checkpoint`` ends in the Delta
+    table at ``path`` (read with ``delta_stream``), with what Delta's file statistics say of
+    the timestamp ``column`` around that end.
 
-    def __init__(self, spark: SparkSession, checkpoint: str, path: str) -> None:
+    ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit when
+    it falls there: the micro-batch's end offset (planned in the checkpoint before it runs)
+    then points at a file of the commit (``index`` 0 or more, over the commit's data files
+    in log order), not before the next commit (-1). A query's first read of a snapshot
+    (``isStartingVersion``) goes through the snapshot's files sorted by modification time
+    and path. Each file system is opened once, for every micro-batch.
+    """
+
+    def __init__(self, spark: SparkSession, checkpoint: str, path: str, column: str) -> None:
         self._offsets = posixpath.join(checkpoint, "offsets")
+        self._path = path
         self._log = posixpath.join(path, "_delta_log")
+        self._column = column
         self._checkpoint_files = HadoopFiles(spark, checkpoint)
         self._table_files = HadoopFiles(spark, path)
+        self._snapshot: DeltaLogReader | None = None
 
-    def unfinished(self, batch_id: int) -> UnfinishedCommit | None:
-        """The commit micro-batch ``batch_id`` read only part of; None where it read whole
-        commits.
+    def after(self, batch_id: int) -> BatchEnd:
+        """Where micro-batch ``batch_id`` ends."""
+        end = self._end_offset(batch_id)
+        if end is None or end["index"] < 0:
+            return BatchEnd(inside=False)
+        version, index = end["reservoirVersion"], end["index"]
+        if end["isStartingVersion"]:
+            unread = self._snapshot_minima(version)[index + 1:]
+            return BatchEnd(True, _earliest(unread)) if unread else BatchEnd(inside=False)
+        unread = [stats_min_ms(add.get("stats"), self._column)
+                  for add in self._data_files(version)][index + 1:]
+        if not unread:
+            return BatchEnd(inside=False)
+        start = self._end_offset(batch_id - 1) if batch_id > 0 else None
+        finished = None
+        if start is not None and not start["isStartingVersion"]:
+            maxima = [stats_max_ms(add.get("stats"), self._column)
+                      for number in range(start["reservoirVersion"], version)
+                      for add in self._data_files(number)]
+            # A timestamp's maximum is kept to the millisecond: a millisecond less is never
+            # above the true maximum.
+            finished = None if not maxima or None in maxima else \
+                (max(m for m in maxima if m is not None) - 1) * 1000
+        return BatchEnd(True, _earliest(unread), finished)
 
-        ``maxFilesPerTrigger`` ends a micro-batch after a number of files, inside a commit
-        when it falls there: the micro-batch's end offset (planned in the checkpoint before
-        it runs) then points at a file of the commit (``index`` 0 or more), not before the
-        next commit (-1). A query's first read of a table's snapshot (``isStartingVersion``)
-        has no commits to go by: its files come in the order they were written, each on its
-        own, so it is None there too.
-        """
+    def _end_offset(self, batch_id: int) -> dict | None:
         planned = self._checkpoint_files.read_text(posixpath.join(self._offsets, str(batch_id)))
-        end = parse_offset(planned.splitlines()[-1])
-        if end is None or end["index"] < 0 or end["isStartingVersion"]:
-            return None
-        version = end["reservoirVersion"]
+        return parse_offset(planned.splitlines()[-1])
+
+    def _data_files(self, version: int) -> list[dict]:
+        """The ``add`` actions that change data in commit ``version``, in log order."""
         commit = posixpath.join(self._log, f"{version:020d}.json")
-        return UnfinishedCommit(version, frozenset(
-            posixpath.basename(action["add"]["path"])
-            for action in _actions(self._table_files, commit) if "add" in action))
+        return [action["add"] for action in _actions(self._table_files, commit)
+                if "add" in action and action["add"].get("dataChange", True)]
+
+    def _snapshot_minima(self, version: int) -> list[int | None]:
+        """The statistics minima of the files of the snapshot at ``version``, in the order
+        the streaming source reads them (one unknown where the log cannot be read without
+        Spark)."""
+        try:
+            if self._snapshot is None:
+                self._snapshot = DeltaLogReader(self._path, self._column)
+            if (self._snapshot.latest_version or -1) < version:
+                self._snapshot.refresh()
+            return [f.stats_min_ms for f in self._snapshot.snapshot_files(version)]
+        except OSError as exc:
+            log.warning("reading %s's log for its snapshot's statistics: %s; the watermark "
+                        "waits for the snapshot to be read whole", self._path, exc)
+            return [None]
+
+
+def _earliest(minima: list[int | None]) -> int | None:
+    """The earliest of files' minima (epoch ms) in microseconds; None if one is unknown."""
+    if None in minima:
+        return None
+    return min(m for m in minima if m is not None) * 1000
 
 
 def _actions(files: HadoopFiles, commit: str) -> list[dict]:

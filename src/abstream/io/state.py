@@ -38,16 +38,18 @@ class Snapshot:
     rows it carries on to the next micro-batch (None where a snapshot did not record it);
     ``refers_to`` the snapshots whose parts it reads (None where it did not record them);
     ``form`` the component's own number for how its parts are laid out (0 where a
-    snapshot did not record one); ``unfinished`` the source commit (its version) the
-    component has read part of, and the latest event time in that part (None for none),
-    which ``seen_until`` takes in once the commit is read whole."""
+    snapshot did not record one); ``watermark`` the event time (epoch microseconds) before
+    which the component takes later input as late (None for none yet, or where a snapshot
+    did not record one); ``read_until`` the latest event time read, where the component
+    counts part of its input as not yet seen (None: as ``seen_until``)."""
 
     batch: int
     seen_until: int | None
     held_rows: int | None = None
     refers_to: tuple[int, ...] | None = None
     form: int = 0
-    unfinished: tuple[int, int | None] | None = None
+    watermark: int | None = None
+    read_until: int | None = None
 
 
 def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -79,10 +81,10 @@ class StateSnapshots:
         if not self._files.exists(done):
             return None
         info = json.loads(self._files.read_text(done))
-        refers_to, unfinished = info.get("refers_to"), info.get("unfinished")
+        refers_to = info.get("refers_to")
         return Snapshot(batch, info.get("seen_until"), info.get("held_rows"),
                         None if refers_to is None else tuple(refers_to), info.get("form", 0),
-                        None if unfinished is None else tuple(unfinished))
+                        info.get("watermark"), info.get("read_until"))
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -133,17 +135,18 @@ class StateSnapshots:
 
     def complete(self, batch_id: int, seen_until: int | None, held_rows: int,
                  refers_to: tuple[int, ...] = (), form: int = 0, *,
-                 unfinished: tuple[int, int | None] | None = None) -> Snapshot:
+                 watermark: int | None = None, read_until: int | None = None) -> Snapshot:
         """Mark the snapshot complete, and drop the snapshots before the previous one that
         neither refers to."""
         previous = self.before(batch_id)
         self._files.write_text(posixpath.join(self._folder(batch_id), _DONE), json.dumps(
             {"seen_until": seen_until, "held_rows": held_rows, "refers_to": list(refers_to),
-             "form": form, "unfinished": unfinished}))
+             "form": form, "watermark": watermark, "read_until": read_until}))
         kept = {batch_id, *refers_to}
         if previous is not None:
             kept |= {previous.batch, *(previous.refers_to or ())}
         for batch, old in self._batches():
             if batch < batch_id and batch not in kept:
                 self._files.delete(old)
-        return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to), form, unfinished)
+        return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to), form, watermark,
+                        read_until)

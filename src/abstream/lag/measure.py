@@ -296,9 +296,8 @@ def delta_pending(table: DeltaLogReader, version: int, index: int,
 
 
 def _files(version: Version) -> list[PendingFile]:
-    minima = version.added_min_ms or (None,) * len(version.added)
     return [PendingFile(version.version, version.timestamp_ms, size, minimum)
-            for (_, size, _), minimum in zip(version.added, minima, strict=True)]
+            for _, size, _, minimum in version.added]
 
 
 def snapshot_pending(table: DeltaLogReader, version: int | None,
@@ -314,9 +313,10 @@ def snapshot_pending(table: DeltaLogReader, version: int | None,
             continue
         if file.version is not None and file.version in table.versions:
             pending.append(PendingFile(file.version, table.versions[file.version].timestamp_ms,
-                                       file.size))
+                                       file.size, file.stats_min_ms))
         else:
-            pending.append(PendingFile(None, file.modification_time_ms, file.size))
+            pending.append(PendingFile(None, file.modification_time_ms, file.size,
+                                       file.stats_min_ms))
     return pending
 
 

@@ -6,11 +6,13 @@ open visits they touch, which the component carries from one micro-batch to the 
 (``io.state``): Spark's batch operators (one sort by session and time, aggregates, joins)
 instead of its streaming state stores. Each micro-batch
 
-1. drops the new events behind its input watermark (the latest event time seen before the
-   batch, less ``sessionize.lateness``) and counts them. The events of a bronze commit it
-   read only part of (``maxFilesPerTrigger`` ended it there) move the watermark once the
-   commit is read whole: ingest writes a file per event date, and the later date's events
-   must not make the earlier date's, read in the next micro-batch, late;
+1. drops the new events behind its input watermark and counts them: the latest event time
+   of the bronze commits read whole, less ``sessionize.lateness``. Where the micro-batch
+   before ended inside a commit (``maxFilesPerTrigger`` ended it there), or inside the
+   snapshot a first start reads, what it read there moves the watermark too, but never
+   past the earliest event of the files it left unread (Delta's file statistics): ingest
+   writes a file per event date, and the later date's events must not make the earlier
+   date's, read next, late;
 2. finds the visits of the new events with the events of the open visits of the sessions
    they touch (``stages.sessions``) and writes them, once, as the micro-batch's state
    snapshot;
@@ -51,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io import sinks
-from abstream.io.sources import CommitsRead, UnfinishedCommit, delta_stream
+from abstream.io.sources import BatchEnd, CommitsRead, delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
     EVENTS_TABLE,
@@ -63,7 +65,12 @@ from abstream.io.tables import (
 from abstream.observed import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, SESSION_STATE
 from abstream.speed.component import Component, Context, stream_writer
-from abstream.speed.watermarks import input_watermark, output_watermark, source_watermark
+from abstream.speed.watermarks import (
+    held_source_watermark,
+    input_watermark,
+    output_watermark,
+    source_watermark,
+)
 from abstream.stages import gold, sessions
 from abstream.topology import SESSIONIZE, SPEED
 
@@ -178,33 +185,22 @@ def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
     return tuple(sorted(row["generation"] for row in rows))
 
 
-def _arrived(batch: DataFrame, watermark: int | None, pending: Column) -> DataFrame:
+def _arrived(batch: DataFrame, watermark: int | None) -> DataFrame:
     """The micro-batch's events as sessionized (``SESSION_INPUT``, not yet counted), each
-    ``late`` when behind ``watermark`` (epoch microseconds) and ``pending`` when of a commit
-    read in part."""
+    ``late`` when behind ``watermark`` (epoch microseconds)."""
     late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
     return batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
-                        late.alias("late"), pending.alias("pending"))
+                        late.alias("late"))
 
 
-def _seen(previous: Snapshot | None, newest: int | None, newest_pending: int | None,
-          unfinished: UnfinishedCommit | None
-          ) -> tuple[int | None, tuple[int, int | None] | None]:
-    """The latest event time of the commits read whole after a micro-batch whose events
-    not of the commit it read part of (``unfinished``) go up to ``newest``, and those of it
-    to ``newest_pending``; and the commit read in part, with the latest event time read of
-    it so far. The commit ``previous`` read part of is read whole unless the micro-batch
-    ended in it too."""
-    whole = [previous.seen_until, newest] if previous is not None else [newest]
-    part = [newest_pending]
-    if previous is not None and previous.unfinished is not None:
-        version, newest_read = previous.unfinished
-        same = unfinished is not None and unfinished.version == version
-        (part if same else whole).append(newest_read)
-    seen_until = max((t for t in whole if t is not None), default=None)
-    if unfinished is None:
-        return seen_until, None
-    return seen_until, (unfinished.version, max((t for t in part if t is not None), default=None))
+def _watermark_before(previous: Snapshot | None, lateness: timedelta) -> int | None:
+    """The watermark the micro-batch after ``previous`` judges its events by (a snapshot
+    that did not record one: its latest event time less the lateness)."""
+    if previous is None:
+        return None
+    if previous.watermark is not None:
+        return previous.watermark
+    return source_watermark(previous.seen_until, lateness)
 
 
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
@@ -220,18 +216,32 @@ def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
         .drop("generation")
 
 
+def _read_and_seen(previous: Snapshot | None, newest: int | None, end: BatchEnd
+                   ) -> tuple[int | None, int | None]:
+    """The latest event time read after a micro-batch whose events go up to ``newest``, and
+    the latest of the input read whole: all of it where the micro-batch ended between
+    commits, else what it had before and the commits it finished (from their statistics)."""
+    def latest(*times: int | None) -> int | None:
+        return max((t for t in times if t is not None), default=None)
+
+    before_seen = previous.seen_until if previous else None
+    before_read = previous.read_until if previous and previous.read_until is not None \
+        else before_seen
+    read_until = latest(before_read, newest)
+    if not end.inside:
+        return read_until, read_until
+    return read_until, latest(before_seen, end.finished_latest)
+
+
 def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -> Observation:
     """Write the events of the micro-batch's visits (``started``) as its snapshot's events
     part, late ones with no visit; observed: how many were late, and the newest event time
-    (epoch microseconds) of those ``pending`` (of a commit read in part) and of the
-    others."""
+    (epoch microseconds)."""
     seen = Observation()
     state.write(batch_id, EVENTS, started
                 .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
                 .observe(seen, F.count_if("late").alias("late"),
-                         *(F.unix_micros(F.max(F.when(pending, F.col("event_ts")))).alias(name)
-                           for name, pending in (("newest", ~F.col("pending")),
-                                                 ("newest_pending", F.col("pending"))))))
+                         F.unix_micros(F.max("event_ts")).alias("newest")))
     return seen
 
 
@@ -301,7 +311,7 @@ def build(ctx: Context) -> DataStreamWriter:
     snapshot_events = timed("events snapshot", _snapshot_events)
     leave_open = timed("visits and open snapshot", _leave_open)
     checkpoint = ctx.layout.checkpoint(NAME)
-    commits_read = CommitsRead(spark, checkpoint, events_path)
+    commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
     state = StateSnapshots(spark, checkpoint + "/state",
                            {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
                             CARRIED: SESSION_STATE})
@@ -310,10 +320,9 @@ def build(ctx: Context) -> DataStreamWriter:
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)
-        seen_before = previous.seen_until if previous is not None else None
-        unfinished = commits_read.unfinished(batch_id)
-        new = _arrived(batch, source_watermark(seen_before, lateness),
-                       F.lit(False) if unfinished is None else unfinished.holds())
+        watermark = _watermark_before(previous, lateness)
+        end = commits_read.after(batch_id)
+        new = _arrived(batch, watermark)
         held_visits, generations = _held(state, previous)
         new, touched = _touched(new, held_visits, previous)
         # Read three times (its snapshots, their events, its whole rows): cached, it scans
@@ -325,21 +334,22 @@ def build(ctx: Context) -> DataStreamWriter:
             touched_in = _snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
                 _generations(state, touched_in).join(touched, "session_id", "left_semi"),
-                touched_visits).drop("visit_start").withColumn("pending", F.lit(False))
+                touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
             started = sessions.with_visit_start(held_touched.unionByName(new), gap,
                                                 apart=("late",))
             seen = snapshot_events(state, batch_id, started)
-            seen_until, reading = _seen(previous, seen.get["newest"],
-                                        seen.get["newest_pending"], unfinished)
+            read_until, seen_until = _read_and_seen(previous, seen.get["newest"], end)
             # Everything below reads the snapshot just written: the micro-batch is sessionized
             # once.
             sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
             visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                closing_at = source_watermark(seen_until, lateness)
+                closing_at = held_source_watermark(
+                    watermark, seen_until, read_until, lateness, end.earliest_unread,
+                    inside=end.inside)
                 still_open = _open_at(closing_at, gap_micros)
                 kept = leave_open(
                     state, batch_id, visits.withColumn("generation", F.lit(batch_id))
@@ -363,7 +373,7 @@ def build(ctx: Context) -> DataStreamWriter:
             touched.unpersist()
             touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
-                       WHOLE_IN_GENERATION, unfinished=reading)
+                       WHOLE_IN_GENERATION, watermark=closing_at, read_until=read_until)
         return _report(kept, seen.get["late"], closing_at)
 
     return stream_writer(ctx, NAME, stream, write)

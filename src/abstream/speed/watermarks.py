@@ -34,3 +34,22 @@ def output_watermark(input_: int | None, earliest_held: int | None) -> int | Non
     if input_ is None or earliest_held is None:
         return input_
     return min(input_, earliest_held)
+
+
+def held_source_watermark(previous: int | None, seen_until: int | None,
+                          read_until: int | None, lateness: timedelta,
+                          earliest_unread: int | None, *, inside: bool) -> int | None:
+    """A source's watermark after a micro-batch: the latest of the ``previous`` one (it never
+    moves back), the latest event time of the input read whole (``seen_until``) less the
+    lateness, and, for a micro-batch that ended ``inside`` a unit of input (a commit, a
+    snapshot), the latest event time read (``read_until``) less the lateness held back to
+    the earliest event the micro-batch left unread there (``earliest_unread``; where that
+    is unknown, only the input read whole counts)."""
+    candidates = [previous, source_watermark(seen_until, lateness)]
+    read = source_watermark(read_until, lateness)
+    if not inside:
+        candidates.append(read)
+    elif read is not None and earliest_unread is not None:
+        candidates.append(min(read, earliest_unread))
+    known = [c for c in candidates if c is not None]
+    return max(known) if known else None
