@@ -61,6 +61,10 @@ class DemoResult:
         return self.generated.records == self.bronze_rows + self.rejected_rows + \
             self.duplicate_rows
 
+    @property
+    def events_per_second(self) -> int:
+        return round(self.generated.records / self.elapsed_seconds)
+
     def figures(self) -> dict[str, Any]:
         return {
             "events_generated": self.generated.records,
@@ -71,11 +75,11 @@ class DemoResult:
             "visits": self.visits,
             "gold_rows": self.gold_rows,
             topology.BATCH: {"events": self.batch.events, "visits": self.batch.visits,
-                      "metric_rows": self.batch.metric_rows,
-                      "seconds": round(self.batch.seconds, 1),
-                      "events_per_second": round(self.batch.events_per_second)},
+                             "metric_rows": self.batch.metric_rows,
+                             "seconds": round(self.batch.seconds, 1),
+                             "events_per_second": round(self.batch.events_per_second)},
             "elapsed_seconds": round(self.elapsed_seconds, 1),
-            "events_per_second": round(self.generated.records / self.elapsed_seconds),
+            "events_per_second": self.events_per_second,
             "generator": self.generated.to_dict(files=False),
             "components": self.components,
             "report": self.report.to_dict(),
@@ -83,7 +87,6 @@ class DemoResult:
 
     def text(self) -> str:
         """The report, then how the run reconciles and what each layer made."""
-        figures = self.figures()
         mark = "ok" if self.reconciled else "MISMATCH"
         return "\n".join([
             "", render_text(self.report), "",
@@ -93,8 +96,7 @@ class DemoResult:
             f"speed layer: {self.visits:,} closed visits, {self.gold_rows:,} gold increments; "
             f"batch layer: {self.batch.visits:,} visits, {self.batch.metric_rows:,} gold rows "
             f"from {self.batch.events:,} events in {self.batch.seconds:.1f} s",
-            f"{figures['elapsed_seconds']} s end to end "
-            f"({figures['events_per_second']:,} events/s)"])
+            f"{self.elapsed_seconds:.1f} s end to end ({self.events_per_second:,} events/s)"])
 
 
 def prepare_data_dir(data_dir: Path) -> None:

@@ -139,7 +139,7 @@ class DeltaLogReader:
             if "add" in action:
                 add = action["add"]
                 file = (add["path"], int(add.get("size", 0)), int(add.get("modificationTime", 0)),
-                        self._stats_min(add.get("stats")))
+                        stats_min_ms(add.get("stats"), self.stats_column))
                 if add.get("dataChange", True):
                     added.append(file)
                 else:
@@ -159,9 +159,6 @@ class DeltaLogReader:
             self.latest_data_version = version
         if self.earliest_version is None:
             self.earliest_version = version
-
-    def _stats_min(self, stats: str | None) -> int | None:
-        return stats_min_ms(stats, self.stats_column)
 
     def data_versions_after(self, version: int) -> list[Version]:
         """Versions later than ``version`` that added data, oldest first."""
@@ -222,5 +219,5 @@ class DeltaLogReader:
                 if add is not None:
                     files[add["path"]] = DataFile(add["path"], int(add.get("size") or 0),
                                                   int(add.get("modificationTime") or 0), None,
-                                                  self._stats_min(add.get("stats")))
+                                                  stats_min_ms(add.get("stats"), self.stats_column))
         return files, number + 1

@@ -92,7 +92,9 @@ class CommitsRead:
     then points at a file of the commit (``index`` 0 or more, over the commit's data files
     in log order), not before the next commit (-1). A query's first read of a snapshot
     (``isStartingVersion``) goes through the snapshot's files sorted by modification time
-    and path. Each file system is opened once, for every micro-batch.
+    and path. Each file system is opened once, for every micro-batch, and each offset and
+    commit file is read once: a micro-batch's end offset is the next one's start, and the
+    commit it ends in is one the next finishes.
     """
 
     def __init__(self, spark: SparkSession, checkpoint: str, path: str, column: str) -> None:
@@ -103,9 +105,13 @@ class CommitsRead:
         self._checkpoint_files = HadoopFiles(spark, checkpoint)
         self._table_files = HadoopFiles(spark, path)
         self._snapshot: DeltaLogReader | None = None
+        self._ends: dict[int, dict | None] = {}
+        self._commits: dict[int, list[dict]] = {}
 
     def after(self, batch_id: int) -> BatchEnd:
         """Where micro-batch ``batch_id`` ends."""
+        # The micro-batch starts where the one before ended.
+        self._ends = {n: e for n, e in self._ends.items() if n >= batch_id - 1}
         end = self._end_offset(batch_id)
         if end is None or end["index"] < 0:
             return BatchEnd(inside=False)
@@ -127,17 +133,25 @@ class CommitsRead:
             # above the true maximum.
             finished = None if not maxima or None in maxima else \
                 (max(m for m in maxima if m is not None) - 1) * 1000
+        # Later micro-batches start in this commit or after it.
+        self._commits = {n: files for n, files in self._commits.items() if n >= version}
         return BatchEnd(True, _earliest(unread), finished)
 
     def _end_offset(self, batch_id: int) -> dict | None:
-        planned = self._checkpoint_files.read_text(posixpath.join(self._offsets, str(batch_id)))
-        return parse_offset(planned.splitlines()[-1])
+        if batch_id not in self._ends:
+            planned = self._checkpoint_files.read_text(
+                posixpath.join(self._offsets, str(batch_id)))
+            self._ends[batch_id] = parse_offset(planned.splitlines()[-1])
+        return self._ends[batch_id]
 
     def _data_files(self, version: int) -> list[dict]:
         """The ``add`` actions that change data in commit ``version``, in log order."""
-        commit = posixpath.join(self._log, f"{version:020d}.json")
-        return [action["add"] for action in _actions(self._table_files, commit)
+        if version not in self._commits:
+            commit = posixpath.join(self._log, f"{version:020d}.json")
+            self._commits[version] = [
+                action["add"] for action in _actions(self._table_files, commit)
                 if "add" in action and action["add"].get("dataChange", True)]
+        return self._commits[version]
 
     def _snapshot_minima(self, version: int) -> list[int | None]:
         """The statistics minima of the files of the snapshot at ``version``, in the order
@@ -146,7 +160,8 @@ class CommitsRead:
         try:
             if self._snapshot is None:
                 self._snapshot = DeltaLogReader(self._path, self._column)
-            if (self._snapshot.latest_version or -1) < version:
+            latest = self._snapshot.latest_version
+            if latest is None or latest < version:
                 self._snapshot.refresh()
             return [f.stats_min_ms for f in self._snapshot.snapshot_files(version)]
         except OSError as exc:

@@ -57,7 +57,7 @@ class Component:
 
     def start(self, ctx: Context, once: bool) -> DataStreamWriter:
         prepare_checkpoint(ctx.spark, self.name, ctx.layout.checkpoint(self.name),
-                           [ctx.layout.place(name, ctx.config.kafka) for name in self.node.writes
+                           [ctx.layout.table(name) for name in self.node.writes
                             if not is_topic(name)])
         writer = self.build(ctx)
         if self.schedule is not None:

@@ -47,14 +47,13 @@ def pipeline(config: Config, on_progress: Sequence[Callable[[dict[str, Any]], No
     """A context to run components in: the session, the data dir, progress reporting (each
     query's progress also goes to ``on_progress``, e.g. the exporter's query metrics)."""
     deployment = Deployment.open(config)
-    spark = deployment.spark
-    ctx = Context(spark, config, deployment.layout, RunStats())
+    ctx = Context(deployment.spark, config, deployment.layout, RunStats())
     listener = ProgressListener(ctx.stats, on_progress)
-    spark.streams.addListener(listener)
+    ctx.spark.streams.addListener(listener)
     try:
         yield ctx
     finally:
-        spark.streams.removeListener(listener)
+        ctx.spark.streams.removeListener(listener)
 
 
 def run_once(ctx: Context, components: Sequence[Component],
