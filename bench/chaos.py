@@ -5,7 +5,10 @@ A generator lands beacons at a fixed rate (``abstream generate --rate``: a file 
 or records produced to a Kafka topic). ``abstream run`` (all components of the source, in a
 process group of its own: the Python driver and its JVM) is killed with SIGKILL of the whole
 group at seeded random moments and started again, ``--kills`` times; then ``abstream run
---once`` drains what is left. ``abstream batch --since-last`` is killed the same way in the
+--once`` drains what is left. Some kills fall in a run's start-up (``--startup-kills``): the
+first ones the moment a table's creation is under way (its log folder there, no commit yet),
+one table after the other, the others at a random moment before the last component's first
+micro-batch of a restart. ``abstream batch --since-last`` is killed the same way in the
 middle of a chunk and run again, then ``abstream batch --all`` runs. The crash-free side
 reads the very same records (the same landing files, hard-linked; for Kafka the same
 generated records produced to topics of its own) with ``run_once`` and ``run_batch`` in this
@@ -136,6 +139,11 @@ class ChaosSettings:
     #: A kill comes this many seconds after the (re)started run plans its first
     #: micro-batch, drawn uniformly.
     wait: tuple[float, float] = (0.0, 15.0)
+    #: Kills that fall in a run's start-up, before the pipeline's last component plans its
+    #: first micro-batch: the first ones while the tables are being created (the run is
+    #: killed the moment a table's log folder appears), the others at a random moment of a
+    #: restart's start-up (checkpoints, state and topics being read or made).
+    startup_kills: int = 6
 
 
 @dataclass
@@ -276,13 +284,35 @@ def running(side: Side, process: subprocess.Popen[str], timeout: float) -> float
     return time.monotonic() - began
 
 
+@dataclass
+class Kills:
+    """What the kills of the stream caught: components in the middle of a micro-batch, and
+    the kills that fell in a run's start-up."""
+
+    mid_batch: Counter[str] = field(default_factory=Counter)
+    startup: list[dict[str, Any]] = field(default_factory=list)
+    #: The shortest start-up measured (process start to the last component's first plan).
+    startup_seconds: float | None = None
+
+
 def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
-                generating: Callable[[], bool]) -> Counter[str]:
-    """Start ``abstream run``, and once its queries run, kill its group at a random moment;
-    again and again. How many kills caught each component in the middle of a micro-batch."""
-    kills, caught = 0, Counter[str]()
+                generating: Callable[[], bool]) -> Kills:
+    """Start ``abstream run``, and kill its group at a random moment, again and again: in its
+    start-up (``settings.startup_kills`` of them) or once its queries run."""
+    kills, caught = 0, Kills()
     while kills < settings.kills:
+        began_at = time.time()
+        before = planned(side)
         process = side.start(f"run-{kills + 1:02d}", "run", "--no-exporter")
+        needed = settings.startup_kills - len(caught.startup)
+        target = not_begun(side)
+        if needed > 0 and (target is not None or kills % 3 == 0
+                           or settings.kills - kills <= needed):
+            delay = rng.uniform(0.0, 0.9 * (caught.startup_seconds or 10.0))
+            landed = kill_in_startup(side, process, before, target, delay)
+            caught.startup += [landed] if landed else []
+            kills += 1
+            continue
         # Once the input is complete and read, a run plans no micro-batch: it is killed idle.
         started = running(side, process, STARTING if generating() else IDLE_START)
         wait = rng.uniform(*settings.wait)
@@ -292,7 +322,10 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
             kill_group(process)
             kills += 1
             busy = in_flight(side)
-            caught.update(busy)
+            caught.mid_batch.update(busy)
+            startup = startup_seconds(side, before, began_at)
+            if startup is not None:
+                caught.startup_seconds = min(startup, caught.startup_seconds or startup)
             log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
                      "the start; %s; mid-batch: %s); restarting", kills, settings.kills, wait,
                      started + wait, "input still coming" if generating() else
@@ -301,6 +334,71 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
         raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
                            f"see {side.logs}")
     return caught
+
+
+def created_tables(side: Side) -> list[str]:
+    """The speed layer's tables, in the order its components create them."""
+    return [place for node in topology.PIPELINES[side.config.source] for place in node.writes
+            if not topology.is_topic(place)]
+
+
+def _commits(table: Path) -> list[Path]:
+    return list((table / "_delta_log").glob("[0-9]*.json"))
+
+
+def not_begun(side: Side) -> str | None:
+    """The first table whose creation has not begun (no log folder yet); a table left
+    half-created is the run's to mend, the next one is the kill's target."""
+    return next((name for name in created_tables(side)
+                 if not (Path(side.layout.table(name)) / "_delta_log").exists()), None)
+
+
+def half_created(side: Side) -> list[str]:
+    """The tables whose log folder is there without a commit: a creation under way."""
+    return [name for name in created_tables(side)
+            if (Path(side.layout.table(name)) / "_delta_log").is_dir()
+            and not _commits(Path(side.layout.table(name)))]
+
+
+def startup_seconds(side: Side, before: dict[str, int], began_at: float) -> float | None:
+    """Seconds from a run's start to its last component's first planned micro-batch (from
+    the plan's file time), None if it planned none."""
+    last = pipeline_components(side.config)[-1].name
+    plan = Path(side.layout.checkpoint(last)) / "offsets" / str(before[last] + 1)
+    return plan.stat().st_mtime - began_at if plan.exists() else None
+
+
+def kill_in_startup(side: Side, process: subprocess.Popen[str], before: dict[str, int],
+                    target: str | None, delay: float) -> dict[str, Any] | None:
+    """SIGKILL ``process`` in its start-up: the moment ``target``'s creation is under way
+    (its log folder there, no commit yet), or, with no table left to create, ``delay``
+    seconds after its start. What the kill hit if it fell before the pipeline's last
+    component planned a micro-batch, None if it came too late."""
+    last = pipeline_components(side.config)[-1].name
+    began = time.monotonic()
+    while process.poll() is None and time.monotonic() - began < STARTING:
+        if target is None:
+            if time.monotonic() - began >= delay:
+                break
+        elif target in half_created(side) or _commits(Path(side.layout.table(target))):
+            break  # its creation under way, or (a moment missed) done
+        time.sleep(0.01)
+    if process.poll() is not None:
+        raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
+                           f"see {side.logs}")
+    kill_group(process)
+    seconds = time.monotonic() - began
+    left = half_created(side)
+    in_startup = planned(side)[last] == before[last]
+    log.info("kill during start-up: SIGKILL %.1f s after the start (aimed at %s; %s; tables "
+             "left half-created: %s); restarting", seconds,
+             f"creating {target}" if target else "a restart",
+             "before the last component's first micro-batch" if in_startup
+             else "too late: the last component had planned a micro-batch",
+             ", ".join(left) or "none")
+    return {"seconds_after_start": round(seconds, 2),
+            "aimed_at": f"creating {target}" if target else "a restart",
+            "left_half_created": left} if in_startup else None
 
 
 def kill_batch_mid_chunk(side: Side, rng: random.Random) -> bool:
@@ -466,7 +564,9 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         **comparison.summary(),
         "seconds": round(time.monotonic() - began, 1),
         "stream_seconds": stream_seconds,
-        "kills_mid_batch": dict(caught),
+        "kills_mid_batch": dict(caught.mid_batch),
+        "kills_during_startup": len(caught.startup),
+        "startup_kills": caught.startup,
         "batch_killed_mid_chunk": batch_killed,
         "records": len(lines),
         "rate": settings.rate,
@@ -519,6 +619,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=ChaosSettings.rate,
                         help="records per second")
     parser.add_argument("--seed", type=int, default=1, help="of the records and the kills")
+    parser.add_argument("--startup-kills", type=int, default=ChaosSettings.startup_kills,
+                        help="kills in a run's start-up, before its last component's first "
+                             "micro-batch")
     parser.add_argument("--wait", type=float, nargs=2, default=ChaosSettings.wait,
                         metavar=("MIN", "MAX"),
                         help="seconds from a (re)started run's first micro-batch to its kill")
@@ -530,11 +633,12 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     settings = ChaosSettings(work=work, source=args.source, kills=args.kills,
                              events=args.events, rate=args.rate, seed=args.seed,
-                             wait=tuple(args.wait))
+                             wait=tuple(args.wait), startup_kills=args.startup_kills)
     result = run_chaos(settings)
     write_result(result, f"chaos-{args.source}")
     passed = result["lost_rows"] == result["duplicate_rows"] == result["mismatched_tables"] \
-        == result["late_rows_dropped_crash_free"] == 0
+        == result["late_rows_dropped_crash_free"] == 0 \
+        and result["kills_during_startup"] >= min(settings.startup_kills, settings.kills)
     return 0 if passed else 1
 
 

@@ -1,6 +1,7 @@
 """kill -9 under a steady stream: `make chaos`'s harness with a few kills on a small stream
-(files source). The speed layer's tables equal a crash-free run's, the batch layer killed
-mid-chunk and run again equals an uninterrupted one, the serving view equals the reference."""
+(files source), the first while bronze is being created. The speed layer's tables equal a
+crash-free run's, the batch layer killed mid-chunk and run again equals an uninterrupted
+one, the serving view equals the reference."""
 
 from pathlib import Path
 
@@ -14,8 +15,10 @@ pytestmark = pytest.mark.slow
 def test_kill_9_of_the_speed_and_batch_layers_loses_and_duplicates_nothing(
         spark: SparkSession, tmp_path: Path) -> None:
     result = run_chaos(ChaosSettings(work=tmp_path, kills=3, events=2_000, rate=25.0,
-                                     wait=(0.0, 10.0)))
+                                     wait=(0.0, 10.0), startup_kills=1))
     assert result["kills"] == 3
+    assert result["kills_during_startup"] == 1, "the first start is killed creating bronze"
+    assert result["startup_kills"][0]["aimed_at"] == "creating events"
     assert result["batch_killed_mid_chunk"]
     assert result["late_rows_dropped_crash_free"] == 0, "the stream is shaped for no drops"
     assert len(result["tables"]) == 12, "every table of both layers and the serving view"

@@ -3,6 +3,7 @@ and once its cause is gone the tables equal a run that never met it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from dataclasses import replace
@@ -10,19 +11,27 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from bench.chaos import Comparison, compare, compare_batch, speed_frames
 
+from abstream.batch.layer import BatchRequest, run_batch
 from abstream.errors import AbstreamError, ComponentFailed
 from abstream.generator.write import GeneratorSettings, generate
+from abstream.io.tables import RESULTS_TABLE, TABLES, read_table
 from abstream.layout import Layout
-from abstream.speed import COMPONENTS, pipeline_components
+from abstream.report.build import build_report
+from abstream.report.publish import publish
+from abstream.speed import COMPONENTS, Context, pipeline_components
+from abstream.speed.progress import RunStats
 from abstream.speed.runner import run_continuously, run_once
 from tests.helpers import (
     assert_speed_layer_matches_reference,
     landing_records,
+    make_config,
     reconfigure,
     small_disk,
     wait_until,
 )
+from tests.io.test_tables import INTERRUPTED_CREATIONS, leave_half_created
 
 INGEST, SESSIONIZE = COMPONENTS["ingest"], COMPONENTS["sessionize"]
 QUICK = timedelta(milliseconds=100)
@@ -134,3 +143,54 @@ def test_a_removed_landing_folder_is_made_again_and_later_files_are_ingested(ctx
     assert not errors
     run_once(ctx, [SESSIONIZE])
     assert_speed_layer_matches_reference(ctx, first + later)
+
+
+PUBLISHED = datetime(2026, 1, 9, tzinfo=UTC)
+
+
+def _run_batch_and_report(ctx) -> tuple[dict, list]:
+    """``run --once``, ``batch --all`` and ``report --publish``: the report, and the rows
+    published."""
+    run_once(ctx, pipeline_components(ctx.config))
+    run_batch(ctx, BatchRequest("all"))
+    report = build_report(ctx.spark, ctx.layout, ctx.config)
+    publish(ctx.spark, ctx.layout, report, PUBLISHED)
+    results = read_table(ctx.spark, RESULTS_TABLE, ctx.layout).collect()
+    return report.to_dict(), sorted(map(tuple, results), key=repr)
+
+
+@pytest.fixture(scope="module")
+def clean_run(spark, tmp_path_factory):
+    """A run over ``_generated``'s records that no crash interrupted: its layout, report
+    and published rows."""
+    root = tmp_path_factory.mktemp("clean")
+    ctx = Context(spark, make_config(root / "data"), Layout.of(root / "data"), RunStats())
+    _generated(ctx, 1_000, seed=24)
+    return ctx.layout, *_run_batch_and_report(ctx)
+
+
+@pytest.mark.parametrize("first_state", ["empty log", "staged commits only"])
+def test_tables_left_half_created_by_a_kill_are_created_again_by_run_batch_and_report(
+        ctx, clean_run, first_state):
+    """Every table as a kill during its creation leaves it (the two states alternate over
+    the tables), then the whole pipeline: the same tables as a run that never met it."""
+    layout, clean_report, clean_results = clean_run
+    landing = Path(ctx.layout.landing)
+    landing.mkdir(parents=True)
+    for path in Path(layout.landing).iterdir():  # the same files, arrival times and all
+        os.link(path, landing / path.name)
+    states = list(INTERRUPTED_CREATIONS)[:2]
+    shift = states.index(first_state)
+    for i, spec in enumerate(TABLES):
+        leave_half_created(spec.path(ctx.layout), states[(i + shift) % 2])
+
+    report, results = _run_batch_and_report(ctx)
+
+    comparison = Comparison()
+    compare(comparison, "speed", speed_frames(ctx.spark, layout, "files"),
+            speed_frames(ctx.spark, ctx.layout, "files"))
+    compare_batch(comparison, "batch", ctx.spark, layout, ctx.layout)
+    assert comparison.summary() == {"lost_rows": 0, "duplicate_rows": 0,
+                                    "mismatched_tables": 0}, comparison.tables
+    assert report == clean_report
+    assert results == clean_results

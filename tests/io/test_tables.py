@@ -1,15 +1,24 @@
-"""The Delta tables keep file statistics of the columns the pipeline filters on only."""
+"""The Delta tables: file statistics of the columns the pipeline filters on only, their
+partitioning checked, and a creation a crash interrupted done again."""
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from abstream.errors import AbstreamError
-from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
+from abstream.errors import AbstreamError, UsageError
+from abstream.io.tables import (
+    EVENTS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    TABLES,
+    ensure_table,
+)
 from abstream.layout import Layout
 
 
@@ -59,3 +68,94 @@ def test_a_table_partitioned_otherwise_is_refused_with_one_line(spark, tmp_path)
     with pytest.raises(AbstreamError, match="partitioned by visit_date, this version of "
                                             "abstream partitions it by layer, visit_date"):
         ensure_table(spark, SESSIONS_TABLE, layout)
+
+
+#: What a kill while Delta creates a table leaves: the log folder, with no commit in it.
+INTERRUPTED_CREATIONS = {
+    "empty log": [],
+    "staged commits only": ["_staged_commits/"],
+    "a temporary commit": ["_staged_commits/", ".00000000000000000000.json.0b1d.tmp",
+                           "..00000000000000000000.json.0b1d.tmp.crc"],
+}
+
+
+def leave_half_created(path: str, state: str) -> None:
+    """The table folder at ``path`` as a kill during its creation leaves it."""
+    log = Path(path, "_delta_log")
+    log.mkdir(parents=True)
+    for name in INTERRUPTED_CREATIONS[state]:
+        if name.endswith("/"):
+            (log / name).mkdir()
+        else:
+            (log / name).write_text('{"commitInfo":')
+
+
+def _described(spark, path):
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    return (spark.read.format("delta").load(path).schema, detail["partitionColumns"],
+            detail["properties"])
+
+
+@pytest.fixture(scope="module")
+def created_clean(spark, tmp_path_factory):
+    """Each table as a creation that was not interrupted makes it."""
+    layout = Layout.of(tmp_path_factory.mktemp("clean"))
+    return {spec.name: _described(spark, ensure_table(spark, spec, layout)) for spec in TABLES}
+
+
+def test_every_table_spec_is_listed():
+    from abstream.io import tables
+
+    specs = {v for v in vars(tables).values() if isinstance(v, tables.TableSpec)}
+    assert specs == set(tables.TABLES)
+
+
+@pytest.mark.parametrize("state", INTERRUPTED_CREATIONS)
+@pytest.mark.parametrize("spec", TABLES, ids=lambda s: s.name)
+def test_a_table_whose_creation_was_killed_is_created_again(spark, tmp_path, spec, state, *,
+                                                            caplog, created_clean):
+    layout = Layout.of(tmp_path)
+    leave_half_created(spec.path(layout), state)
+
+    with caplog.at_level(logging.WARNING, logger="abstream.io.tables"):
+        path = ensure_table(spark, spec, layout)
+
+    assert DeltaTable.isDeltaTable(spark, path)
+    assert _described(spark, path) == created_clean[spec.name]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the {spec.name} table at {path} was left half-created (its log holds no commit, "
+        "a crash during its creation): creating it again"]
+
+
+@pytest.mark.parametrize("log_state", [None, "empty log"])
+def test_a_folder_with_data_but_no_commit_is_refused_and_kept(spark, tmp_path, log_state):
+    layout = Layout.of(tmp_path)
+    path = Path(EVENTS_TABLE.path(layout))
+    if log_state is not None:
+        leave_half_created(str(path), log_state)
+    data = path / "event_date=2026-01-05" / "part-00000.snappy.parquet"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"PAR1")
+    before = sorted(p.relative_to(path) for p in path.rglob("*"))
+
+    with pytest.raises(UsageError, match=rf"^{path} holds files \(event_date=2026-01-05\) "
+                                         r"but no Delta table, so abstream cannot create its "
+                                         r"events table there: move them away \(nothing was "
+                                         r"deleted\), or point data_dir elsewhere$"):
+        ensure_table(spark, EVENTS_TABLE, layout)
+
+    assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
+
+
+def test_a_log_with_a_staged_commit_delta_cannot_open_is_refused_and_kept(spark, tmp_path):
+    layout = Layout.of(tmp_path)
+    staged = Path(SESSIONS_TABLE.path(layout), "_delta_log", "_staged_commits")
+    staged.mkdir(parents=True)
+    commit = staged / "00000000000000000000.2f1c.json"
+    commit.write_text("{}\n")
+
+    with pytest.raises(UsageError, match=r"the sessions table at .* has a Delta log that "
+                                         r"Delta cannot open"):
+        ensure_table(spark, SESSIONS_TABLE, layout)
+
+    assert commit.exists()

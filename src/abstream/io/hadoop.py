@@ -3,6 +3,9 @@ the Hadoop client of the running Spark session."""
 
 from __future__ import annotations
 
+import posixpath
+import uuid
+
 from pyspark.sql import SparkSession
 
 
@@ -32,18 +35,28 @@ class HadoopFiles:
             stream.close()
 
     def write_text(self, path: str, text: str) -> None:
-        """Write ``path`` whole, replacing it if it exists."""
-        out = self._fs.create(self._path(path), True)
+        """Write ``path`` whole, replacing it if it exists: into a hidden file beside it
+        first, then renamed, so that a crash leaves the old file, the new one or none, never
+        a torn one (where the file system renames atomically, as local and HDFS ones do)."""
+        folder, name = posixpath.split(path)
+        temporary = posixpath.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+        out = self._fs.create(self._path(temporary), True)
         try:
             out.write(bytearray(text.encode()))
         finally:
             out.close()
+        self._fs.delete(self._path(path), False)
+        if not self._fs.rename(self._path(temporary), self._path(path)):
+            self._fs.delete(self._path(temporary), False)
+            raise OSError(f"cannot write {path}")
 
     def rename(self, path: str, to: str) -> None:
         self._fs.rename(self._path(path), self._path(to))
 
-    def delete(self, path: str) -> None:
-        self._fs.delete(self._path(path), True)
+    def delete(self, path: str, *, recursive: bool = True) -> bool:
+        """Delete ``path``; with ``recursive=False`` a folder only while it is empty.
+        Whether it was deleted."""
+        return bool(self._fs.delete(self._path(path), recursive))
 
     def make_dirs(self, folder: str) -> None:
         self._fs.mkdirs(self._path(folder))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -89,6 +90,9 @@ def remember_resolved(settings: SparkSettings, resolved: str | None) -> None:
     if jars:
         manifest = _manifest(settings)
         manifest.parent.mkdir(parents=True, exist_ok=True)
-        manifest.write_text("\n".join(jars) + "\n")
+        # Renamed into place: a crash mid-write leaves no manifest rather than a short one.
+        temporary = manifest.with_name(f".{manifest.name}.{os.getpid()}.tmp")
+        temporary.write_text("\n".join(jars) + "\n")
+        temporary.replace(manifest)
         log.info("cached %d JARs (manifest %s)", len(jars), manifest)
 

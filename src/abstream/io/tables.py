@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import re
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -54,14 +55,25 @@ METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, EXPERIMENT_METRICS, ("lay
                           ("window_start", "window_end"))
 COVERAGE_TABLE = TableSpec(topology.BATCH_COVERAGE, BATCH_COVERAGE)
 RESULTS_TABLE = TableSpec(topology.EXPERIMENT_RESULTS, EXPERIMENT_RESULTS)
+#: Every table abstream creates.
+TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE, COVERAGE_TABLE,
+          RESULTS_TABLE)
+
+
+#: What makes a Delta log a table's: a commit, or a checkpoint of commits.
+_COMMIT = re.compile(r"^\d{20}\.(json|checkpoint\..*parquet)$|^_last_checkpoint$")
+#: Where Delta stages commits before they are published in the log.
+_STAGED = "_staged_commits"
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
-    """Create the table with its schema if it does not exist yet; return its path."""
+    """Create the table with its schema if it does not exist yet; return its path. A
+    creation a crash interrupted is done again (see ``_clear_interrupted_creation``)."""
     path = str(spec.path(layout))
     if DeltaTable.isDeltaTable(spark, path):
         _check_partitioning(spark, spec, path)
         return path
+    _clear_interrupted_creation(spark, spec, path)
     log.debug("creating Delta table %s at %s", spec.name, path)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema) \
         .partitionedBy(*spec.partition_by)
@@ -74,6 +86,35 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
         if not DeltaTable.isDeltaTable(spark, path):
             raise
     return path
+
+
+def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str) -> None:
+    """Make way for the table at ``path``, which is no Delta table yet. A creation killed
+    part way leaves a ``_delta_log`` folder without a commit (empty, or holding only an
+    empty ``_staged_commits`` and temporary files), in which Delta neither opens nor
+    creates a table: such a folder never held data, so it is removed. Anything else in a
+    folder without a commit is someone's data, and is refused, with nothing deleted."""
+    files = HadoopFiles(spark, path)
+    delta_log = posixpath.join(path, "_delta_log")
+    others = sorted(name for name in files.names(path) if name != "_delta_log")
+    if others:
+        raise UsageError(
+            f"{path} holds files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
+            f" but no Delta table, so abstream cannot create its {spec.name} table there: "
+            "move them away (nothing was deleted), or point data_dir elsewhere")
+    if not files.exists(delta_log):
+        return
+    entries = files.names(delta_log)
+    if any(_COMMIT.match(name) for name in entries) or files.names(
+            posixpath.join(delta_log, _STAGED)):
+        raise UsageError(f"the {spec.name} table at {path} has a Delta log that Delta cannot "
+                         "open: restore the table from a backup, or move it away to start "
+                         "it anew")
+    for name in entries:
+        files.delete(posixpath.join(delta_log, name), recursive=False)
+    files.delete(delta_log, recursive=False)
+    log.warning("the %s table at %s was left half-created (its log holds no commit, a crash "
+                "during its creation): creating it again", spec.name, path)
 
 
 def ensure_source_table(spark: SparkSession, spec: TableSpec, layout: Layout,

@@ -25,7 +25,8 @@ ATTEMPT_SECONDS = 1.0
 
 def ensure_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
     """Create the topics that do not exist yet (``partitions`` each, replication 1 on a
-    one-broker cluster, else the broker's default); existing topics are left as they are."""
+    one-broker cluster, else the broker's default); existing topics are left as they are.
+    Returns once every topic has its partitions in the cluster's metadata."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -35,20 +36,24 @@ def ensure_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> No
         metadata = _metadata(admin, kafka, client_log)
     except ConnectionError as exc:
         raise StepFailed("create topics", exc, str(exc)) from exc
-    missing = [name for name in dict.fromkeys(names) if name not in metadata.topics]
-    if not missing:
-        return
-    replication = 1 if len(metadata.brokers) == 1 else -1
-    futures = admin.create_topics([NewTopic(name, partitions, replication) for name in missing])
-    for name, future in futures.items():
-        try:
-            future.result()
-            log.info("created Kafka topic %s (%d partitions)", name, partitions)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.name() != "TOPIC_ALREADY_EXISTS":
-                raise AbstreamError(f"cannot create Kafka topic {name}: {error.str()}") from None
-    _await_partitions(admin, missing)
+    wanted = list(dict.fromkeys(names))
+    missing = [name for name in wanted if name not in metadata.topics]
+    if missing:
+        replication = 1 if len(metadata.brokers) == 1 else -1
+        futures = admin.create_topics([NewTopic(name, partitions, replication)
+                                       for name in missing])
+        for name, future in futures.items():
+            try:
+                future.result()
+                log.info("created Kafka topic %s (%d partitions)", name, partitions)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.name() != "TOPIC_ALREADY_EXISTS":
+                    raise AbstreamError(
+                        f"cannot create Kafka topic {name}: {error.str()}") from None
+    # Every topic, not only those created now: a run killed right after creating one may
+    # have left it before its partitions reached the brokers' metadata.
+    _await_partitions(admin, wanted)
 
 
 def _metadata(client: AdminClient | Consumer, kafka: KafkaSettings, client_log: ClientLog,
