@@ -39,12 +39,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.config import Config, load_config
+from abstream.config import Config, EventsSettings, load_config
 from abstream.durations import spark_interval
 from abstream.io.spark import spark_session
 from abstream.io.tables import EVENTS_TABLE
-from abstream.schemas import BEACON
 from abstream.stages import beacons, gold, sessions
+from abstream.stages.beacons import input_schema
 from bench.common import (
     RESULTS,
     dataset,
@@ -62,6 +62,9 @@ log = logging.getLogger("bench.ceiling")
 WARM_UP_EVENTS = 50_000
 #: Repetitions of the fixed costs; their median is reported.
 SMALL_APPENDS, TRIVIAL_JOBS = 5, 10
+
+#: The beacon as the JSON parser reads it.
+BEACON = input_schema(EventsSettings())
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def _json_source(i: Inputs) -> DataFrame:
 
 def _checked(i: Inputs) -> DataFrame:
     settings = i.config.ingest
-    return beacons.parse_beacons(i.lines(), settings.max_record_bytes,
+    return beacons.parse_beacons(i.lines(), i.config.events, settings.max_record_bytes,
                                   settings.future_tolerance)
 
 

@@ -44,7 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from abstream.config import load_config
+from abstream.config import EventsSettings, load_config
 from abstream.durations import spark_interval
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.spark import spark_session
@@ -202,7 +202,7 @@ def build_bronze(spark: SparkSession, work: Path, events: int, seed: int) -> tup
             "value", F.lit(path.name).alias("source_file"),
             F.lit(datetime.now(UTC)).alias("arrived_at"),
             F.lit(datetime.now(UTC)).alias("ingested_at"))
-        parsed = parse_beacons(raw, 65_536, timedelta(days=1))
+        parsed = parse_beacons(raw, EventsSettings(), 65_536, timedelta(days=1))
         drop_duplicate_events(valid_events(parsed)).write \
             .format("delta").mode("append").save(bronze)
         log.info("bronze commit %d/%d", number, len(files))

@@ -176,3 +176,39 @@ def test_a_config_error_names_the_key_and_never_shows_a_credential(tmp_path, env
         load_config(path, environ=environ)
     assert re.match(message, str(caught.value)), str(caught.value)
     assert SECRET not in str(caught.value) and "hunter2" not in str(caught.value)
+
+
+def test_the_default_input_mapping_is_the_beacon():
+    events = load_config(environ={}).events
+    assert events.paths() == ["event_id", "event_ts", "session_id", "visitor_id", "type",
+                              "experiments", "page", "revenue", "units", "page_load_ms"]
+    assert events.require == {"order": ["revenue", "units"]}
+
+
+@pytest.mark.parametrize(("events", "message"), [
+    ("{fields: {visitor_id: 'user..id'}}",
+     "events.fields.visitor_id: 'user..id' is not a path: keys joined by dots, without spaces"),
+    ("{fields: {visitor_id: user, session_id: user.session}}",
+     "events: 'user' holds a value and 'user.session' is inside it: a path cannot be both"),
+    ("{properties: {amount: {path: a, type: double}}}",
+     "events: require.order: 'revenue' is not one of the properties (amount)"),
+    ("{properties: {Amount: {path: a}}, require: {}}",
+     "events: properties: 'Amount' cannot name a bronze column"),
+    ("{properties: {visitor_id: {path: a}}, require: {}}",
+     "events: properties: 'visitor_id' cannot name a bronze column"),
+    ("{properties: {device: {path: d, min: 0}}, require: {}}",
+     "events.properties.device: min and max bound numbers, not a string"),
+    ("{properties: {items: {path: i, type: long, types: [checkout]}}, require: {}}",
+     "events: properties.items.types: 'checkout' is not one of the event types"),
+    ("{require: {checkout: [revenue]}}",
+     "events: require: 'checkout' is not one of the event types"),
+    ("{timestamp: unix}", "events.timestamp: Input should be 'iso8601', 'epoch_millis' or "
+                          "'epoch_seconds'"),
+])
+def test_a_mapping_that_cannot_work_is_one_line_naming_the_key(tmp_path, events, message):
+    path = tmp_path / "abstream.yaml"
+    path.write_text(f"events: {events}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path, environ={})
+    assert str(error.value).startswith(f"config: {message}")
+    assert "\n" not in str(error.value)

@@ -99,6 +99,133 @@ class SparkSettings(_Section):
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
 
 
+#: A place in an input JSON object: keys joined by dots (``user.anonymous_id``).
+_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
+#: A name abstream gives a column of bronze.
+_COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
+#: Bronze columns that are not properties: the event's own, then where and when it was read.
+CORE_COLUMNS = ("event_id", "event_ts", "session_id", "visitor_id", "type", "experiments")
+LINEAGE_COLUMNS = ("source_file", "arrived_at", "ingested_at", "event_date")
+#: The beacon's event types (the default ``events.types``).
+BEACON_TYPES = ("pageview", "add_to_cart", "order", "error")
+PropertyType = Literal["string", "long", "double", "decimal", "boolean"]
+
+
+def _path(value: str) -> str:
+    if not _PATH.match(value):
+        raise ValueError(f"{value!r} is not a path: keys joined by dots, without spaces")
+    return value
+
+
+JsonPath = Annotated[str, BeforeValidator(_path)]
+
+
+class EventFields(_Section):
+    """Where the fields every event has are in an input object."""
+
+    event_id: JsonPath = "event_id"
+    event_ts: JsonPath = "event_ts"
+    #: None: a visitor's events form one stream, split into visits by the gap.
+    session_id: JsonPath | None = "session_id"
+    visitor_id: JsonPath = "visitor_id"
+    type: JsonPath = "type"
+
+
+class ExperimentsMapping(_Section):
+    """Where an event lists its experiments: a list of objects (``shape: list``, each with
+    the keys named here), or one object ``{experiment_id: variant}`` (``shape: map``, where
+    every listed experiment counts as exposed)."""
+
+    path: JsonPath = "experiments"
+    shape: Literal["list", "map"] = "list"
+    id: str = Field(default="id", min_length=1)
+    variant: str = Field(default="variant", min_length=1)
+    #: The key of the exposure flag in a list's objects; None: no flag (never exposed).
+    qualified: str | None = Field(default="qualified", min_length=1)
+
+
+class PropertySpec(_Section):
+    """A property of the input kept in bronze, in the column of its name."""
+
+    path: JsonPath
+    type: PropertyType = "string"
+    #: Bounds of a number (inclusive): a value outside them is refused.
+    min: float | None = None
+    max: float | None = None
+    #: The event types that keep the property (NULL in the others); None: every type.
+    types: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _bounds_of_numbers(self) -> PropertySpec:
+        if (self.min is not None or self.max is not None) and \
+                self.type not in ("long", "double", "decimal"):
+            raise ValueError(f"min and max bound numbers, not a {self.type}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not be above max")
+        return self
+
+
+def _beacon_properties() -> dict[str, PropertySpec]:
+    return {
+        "page": PropertySpec(path="page"),
+        "revenue": PropertySpec(path="revenue", type="decimal", min=0, max=1e15,
+                                types=["order"]),
+        "units": PropertySpec(path="units", type="long", min=0, types=["order"]),
+        "page_load_ms": PropertySpec(path="page_load_ms", type="long", min=0,
+                                     types=["pageview"]),
+    }
+
+
+class EventsSettings(_Section):
+    """The input mapping: where abstream finds what it needs in each input JSON object.
+    The defaults describe abstream's beacon."""
+
+    fields: EventFields = Field(default_factory=EventFields)
+    timestamp: Literal["iso8601", "epoch_millis", "epoch_seconds"] = "iso8601"
+    #: The event types accepted (others are refused); None: any.
+    types: list[str] | None = Field(default_factory=lambda: list(BEACON_TYPES))
+    experiments: ExperimentsMapping = Field(default_factory=ExperimentsMapping)
+    properties: dict[str, PropertySpec] = Field(default_factory=_beacon_properties)
+    #: Per event type, the properties an event of that type must have.
+    require: dict[str, list[str]] = Field(
+        default_factory=lambda: {"order": ["revenue", "units"]})
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EventsSettings:
+        for name in self.properties:
+            if not _COLUMN.match(name) or name in CORE_COLUMNS + LINEAGE_COLUMNS:
+                raise ValueError(
+                    f"properties: {name!r} cannot name a bronze column: use lower-case "
+                    f"letters, digits and _, and none of {', '.join(CORE_COLUMNS)}, "
+                    f"{', '.join(LINEAGE_COLUMNS)}")
+        known = set(self.types) if self.types is not None else None
+        for kind, names in self.require.items():
+            if known is not None and kind not in known:
+                raise ValueError(f"require: {kind!r} is not one of the event types "
+                                 f"({', '.join(self.types or ())})")
+            for name in names:
+                if name not in self.properties:
+                    raise ValueError(f"require.{kind}: {name!r} is not one of the properties "
+                                     f"({', '.join(self.properties) or 'none'})")
+        for name, spec in self.properties.items():
+            unknown = [t for t in spec.types or () if known is not None and t not in known]
+            if unknown:
+                raise ValueError(f"properties.{name}.types: {unknown[0]!r} is not one of the "
+                                 f"event types ({', '.join(self.types or ())})")
+        paths = self.paths()
+        for path in paths:
+            for other in paths:
+                if other.startswith(f"{path}."):
+                    raise ValueError(f"{path!r} holds a value and {other!r} is inside it: "
+                                     "a path cannot be both")
+        return self
+
+    def paths(self) -> list[str]:
+        """Every path the mapping reads."""
+        fields = [p for p in self.fields.model_dump().values() if p is not None]
+        return [*fields, self.experiments.path, *(p.path for p in self.properties.values())]
+
+
 class IngestSettings(_Section):
     """landing (JSON lines) -> bronze ``events`` + quarantine ``rejected``."""
 
@@ -364,6 +491,7 @@ class Config(_Section):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     sessionize: SessionizeSettings = Field(default_factory=SessionizeSettings)
+    events: EventsSettings = Field(default_factory=EventsSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)

@@ -1,4 +1,4 @@
-"""Schemas of the beacon (input) and of the bronze, quarantine, silver and gold tables."""
+"""Schemas of the bronze, quarantine, silver and gold tables."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
+    DataType,
     DateType,
     DecimalType,
     DoubleType,
@@ -16,13 +17,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-EVENT_TYPES = ("pageview", "add_to_cart", "order", "error")
+from abstream.config import EventsSettings
+
 POPULATIONS = ("assigned", "qualified")
 MONEY = DecimalType(18, 2)
 MONEY_TOTAL = DecimalType(28, 2)
 MONEY_SQUARED = DecimalType(38, 4)
 
-CORRUPT_COLUMN = "_corrupt_record"
 
 EXPERIMENT_ENTRY = StructType(
     [
@@ -46,46 +47,42 @@ VISIT_ENTRY = StructType(
     ]
 )
 
-#: The beacon as the JSON parser reads it; ``event_ts`` is parsed separately, strictly.
-BEACON = StructType(
-    [
-        StructField("event_id", StringType()),
-        StructField("event_ts", StringType()),
-        StructField("session_id", StringType()),
-        StructField("visitor_id", StringType()),
-        StructField("type", StringType()),
-        StructField("page", StringType()),
-        StructField("experiments", ArrayType(EXPERIMENT_ENTRY)),
-        StructField("revenue", DoubleType()),
-        StructField("units", LongType()),
-        StructField("page_load_ms", LongType()),
-        StructField(CORRUPT_COLUMN, StringType()),
-    ]
-)
+#: Spark's type of each ``events.properties`` type in bronze.
+PROPERTY_TYPES: dict[str, DataType] = {"string": StringType(), "long": LongType(),
+                                       "double": DoubleType(), "decimal": MONEY,
+                                       "boolean": BooleanType()}
 
-#: bronze ``events``: one row per valid, de-duplicated beacon; partitioned by event_date.
-EVENTS = StructType(
-    [
+
+def bronze_schema(events: EventsSettings) -> StructType:
+    """bronze ``events`` for an input mapping: one row per valid, de-duplicated event; the
+    event's own columns, its properties, then where and when it was read; partitioned by
+    event_date."""
+    return StructType([
         StructField("event_id", StringType(), False),
         StructField("event_ts", TimestampType(), False),
         StructField("session_id", StringType(), False),
         StructField("visitor_id", StringType(), False),
         StructField("type", StringType(), False),
-        StructField("page", StringType()),
+        *(StructField(name, PROPERTY_TYPES[spec.type])
+          for name, spec in events.properties.items()),
         StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
-        StructField("revenue", MONEY),
-        StructField("units", LongType()),
-        StructField("page_load_ms", LongType()),
         StructField("source_file", StringType()),
         StructField("arrived_at", TimestampType()),
         StructField("ingested_at", TimestampType(), False),
         StructField("event_date", DateType(), False),
-    ]
-)
+    ])
 
-#: A valid beacon as the Kafka path writes it to ``kafka.valid_topic`` (JSON): the event
-#: columns of bronze, without where and when it was read.
-VALID_BEACON = StructType(EVENTS.fields[: EVENTS.fieldNames().index("source_file")])
+
+#: bronze ``events`` of the default mapping (the beacon).
+EVENTS = bronze_schema(EventsSettings())
+
+
+
+def valid_event_schema(events: EventsSettings) -> StructType:
+    """A valid event as the Kafka path writes it to ``kafka.valid_topic`` (JSON): the event
+    columns of bronze, without where and when it was read."""
+    bronze = bronze_schema(events)
+    return StructType(bronze.fields[: bronze.fieldNames().index("source_file")])
 
 #: quarantine ``rejected``: the raw record, why it was refused, where it came from.
 REJECTED = StructType(

@@ -11,15 +11,19 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
+from abstream.config import EventsSettings, PropertySpec
 from abstream.errors import AbstreamError, UsageError
 from abstream.io.tables import (
     EVENTS_TABLE,
     METRICS_TABLE,
     SESSIONS_TABLE,
     TABLES,
+    add_new_columns,
     ensure_table,
+    events_table,
 )
 from abstream.layout import Layout
+from abstream.schemas import EVENTS
 
 
 def _stats_of_first_file(path: str) -> dict:
@@ -159,3 +163,39 @@ def test_a_log_with_a_staged_commit_delta_cannot_open_is_refused_and_kept(spark,
         ensure_table(spark, SESSIONS_TABLE, layout)
 
     assert commit.exists()
+
+
+def _with_properties(**properties):
+    return EventsSettings().model_copy(update={"properties": {
+        **EventsSettings().properties,
+        **{name: PropertySpec(path=name, type=kind) for name, kind in properties.items()}}})
+
+
+def test_a_property_added_to_the_mapping_is_a_new_bronze_column_null_before(spark, tmp_path,
+                                                                            caplog):
+    layout = Layout.of(tmp_path)
+    path = ensure_table(spark, events_table(EventsSettings()), layout)
+    spark.range(1).select(*(_any_value(f) for f in EVENTS.fields)) \
+        .write.format("delta").mode("append").save(path)
+    wider = events_table(_with_properties(device="string", first_visit="boolean"))
+
+    with caplog.at_level(logging.INFO, logger="abstream.io.tables"):
+        add_new_columns(spark, wider, ensure_table(spark, wider, layout))
+        add_new_columns(spark, wider, path)
+
+    bronze = spark.read.format("delta").load(path)
+    assert bronze.columns == [*EVENTS.fieldNames(), "device", "first_visit"]
+    assert bronze.select("device", "first_visit").collect() == [(None, None)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the events table at {path} has new columns: device, first_visit (the rows written "
+        "before read them as NULL)"]
+
+
+def test_a_property_whose_type_changed_is_refused_with_one_line(spark, tmp_path):
+    layout = Layout.of(tmp_path)
+    path = ensure_table(spark, events_table(EventsSettings()), layout)
+
+    with pytest.raises(AbstreamError, match=r"^the events table at .* holds units as bigint, "
+                                            r"the configuration makes it double: keep its "
+                                            r"type, or give the property another name$"):
+        add_new_columns(spark, events_table(_with_properties(units="double")), path)

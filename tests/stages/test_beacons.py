@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from pyspark.sql import functions as F
 
+from abstream.config import EventsSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.stages.beacons import (
     parse_beacons,
@@ -17,12 +18,15 @@ from tests.reference import valid_event
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 TS = "2026-11-22T10:15:30.123Z"
 
+#: The default input mapping: the beacon.
+BEACON = EventsSettings()
+
 
 def _parse(spark, lines, max_bytes=65_536):
     raw = spark.createDataFrame(
         [(line, "file:/landing/f.jsonl", NOW, NOW) for line in lines],
         "value string, source_file string, arrived_at timestamp, ingested_at timestamp")
-    return parse_beacons(raw, max_bytes, timedelta(days=1))
+    return parse_beacons(raw, BEACON, max_bytes, timedelta(days=1))
 
 
 def _reasons(spark, lines, max_bytes=65_536):

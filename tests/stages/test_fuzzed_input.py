@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from abstream.config import EventsSettings
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
 from abstream.speed import COMPONENTS
 from abstream.speed.runner import run_once
@@ -38,6 +39,9 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4)
     | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12)
+
+#: The default input mapping: the beacon.
+BEACON = EventsSettings()
 
 
 def _json(value: object) -> str:
@@ -110,7 +114,7 @@ def _landing(spark: SparkSession, folder: Path) -> DataFrame:
     return beacons.parse_beacons(spark.read.format("text").load(str(folder)).select(
         "value", F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("arrived_at"),
-        F.current_timestamp().alias("ingested_at")), MAX_BYTES, FUTURE)
+        F.current_timestamp().alias("ingested_at")), BEACON, MAX_BYTES, FUTURE)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -137,7 +141,8 @@ def test_every_kafka_record_goes_to_exactly_one_topic(spark, drawn):
         [(bytearray(_encode(value)), "beacons", 0, offset, datetime(2026, 1, 5, tzinfo=UTC))
          for offset, value in enumerate(drawn)],
         "value binary, topic string, partition int, offset long, timestamp timestamp")
-    parsed = beacons.parse_beacons(kafka_records.beacon_lines(records), MAX_BYTES, FUTURE)
+    parsed = beacons.parse_beacons(kafka_records.beacon_lines(records), BEACON, MAX_BYTES,
+                                    FUTURE)
     _check(parsed, len(drawn))
     out = kafka_records.topic_records(parsed, "valid", "rejected").collect()
     assert len(out) == len(drawn)

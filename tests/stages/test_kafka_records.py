@@ -16,7 +16,8 @@ from pyspark.sql.types import (
 )
 from pyspark.testing import assertDataFrameEqual
 
-from abstream.schemas import EVENTS
+from abstream.config import EventsSettings
+from abstream.schemas import EVENTS, valid_event_schema
 from abstream.stages import beacons, kafka_records
 from tests.helpers import beacon, dumps
 
@@ -39,6 +40,9 @@ LINES = [
 CONTENT = [f for f in EVENTS.fieldNames()
            if f not in ("source_file", "arrived_at", "ingested_at")]
 
+#: The default input mapping: the beacon.
+BEACON = EventsSettings()
+
 
 def _input(spark):
     rows = [(None, line.encode(), "beacons", 0, offset, ARRIVED, [])
@@ -47,7 +51,7 @@ def _input(spark):
 
 
 def _validated(spark):
-    parsed = beacons.parse_beacons(kafka_records.beacon_lines(_input(spark)), 65_536,
+    parsed = beacons.parse_beacons(kafka_records.beacon_lines(_input(spark)), BEACON, 65_536,
                                     timedelta(days=1))
     return kafka_records.topic_records(parsed, "beacons.valid", "beacons.rejected")
 
@@ -84,12 +88,13 @@ def test_refused_records_keep_their_bytes_and_carry_the_reason_in_a_header(spark
 
 
 def test_archive_reads_back_exactly_what_the_file_path_puts_in_bronze(spark):
-    archived = kafka_records.parsed_beacons(_read_back(_validated(spark)), "beacons.valid")
+    archived = kafka_records.parsed_beacons(_read_back(_validated(spark)), "beacons.valid",
+                                            valid_event_schema(BEACON))
     from_files = beacons.parse_beacons(
         spark.createDataFrame([(line, "f", ARRIVED, ARRIVED) for line in LINES],
                               "value string, source_file string, arrived_at timestamp, "
                               "ingested_at timestamp"),
-        65_536, timedelta(days=1))
+        BEACON, 65_536, timedelta(days=1))
     assertDataFrameEqual(beacons.valid_events(archived).select(*CONTENT),
                          beacons.valid_events(from_files).select(*CONTENT))
     bronze = beacons.valid_events(archived).collect()
@@ -105,7 +110,7 @@ def test_archive_reads_back_exactly_what_the_file_path_puts_in_bronze(spark):
 def test_foreign_records_on_the_valid_topic_are_quarantined_not_lost(spark):
     rows = [(None, b'{"hello": 1}', "beacons.valid", 0, 7, ARRIVED, [])]
     archived = kafka_records.parsed_beacons(spark.createDataFrame(rows, RECORD),
-                                            "beacons.valid")
+                                            "beacons.valid", valid_event_schema(BEACON))
     row = beacons.rejected_records(archived).first()
     assert (row["raw"], row["reason"], row["source_file"]) == (
         '{"hello": 1}', "malformed_json", "kafka://beacons.valid/0/7")

@@ -31,7 +31,8 @@ from abstream.errors import Interrupted, UsageError
 from abstream.io import sinks
 from abstream.io.deltalog import DeltaLogReader
 from abstream.io.deployment import Deployment
-from abstream.io.tables import EVENTS_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
+from abstream.io.tables import METRICS_TABLE, SESSIONS_TABLE, ensure_table, events_table
+from abstream.stages import sessions
 from abstream.stages.gold import Windowing
 from abstream.times import from_micros, micros_from
 from abstream.topology import BATCH
@@ -103,9 +104,10 @@ class Bronze:
 
 
 def read_bronze(ctx: Deployment) -> Bronze:
-    path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
+    path = ensure_table(ctx.spark, events_table(ctx.config.events), ctx.layout)
     version = DeltaTable.forPath(ctx.spark, path).history(1).first()["version"]
-    frame = ctx.spark.read.format("delta").option("versionAsOf", version).load(path)
+    frame = sessions.with_measured_properties(
+        ctx.spark.read.format("delta").option("versionAsOf", version).load(path))
     micros = F.unix_micros("event_ts")
     size = _chunk_size(ctx.config) // timedelta(microseconds=1)
     rows = frame.groupBy((micros - F.pmod(micros, F.lit(size))).alias("chunk")).agg(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from abstream import topology
+from abstream.config import EventsSettings
 from abstream.errors import AbstreamError, UsageError
 from abstream.io.hadoop import HadoopFiles
 from abstream.layout import Layout
@@ -22,6 +23,7 @@ from abstream.schemas import (
     EXPERIMENT_RESULTS,
     REJECTED,
     SESSIONS,
+    bronze_schema,
 )
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,34 @@ def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None
             f"the {spec.name} table at {path} is partitioned by {', '.join(found) or 'nothing'}, "
             f"this version of abstream partitions it by {', '.join(spec.partition_by)}: "
             "move it away to start it anew")
+
+
+def events_table(events: EventsSettings) -> TableSpec:
+    """Bronze as the input mapping ``events`` has it: a column per property."""
+    return replace(EVENTS_TABLE, schema=bronze_schema(events))
+
+
+def add_new_columns(spark: SparkSession, spec: TableSpec, path: str) -> None:
+    """Give the table at ``path`` the columns of ``spec`` it lacks (a property added to the
+    input mapping: the rows written before read it as NULL); refuse a column whose type
+    changed, which Delta would refuse at every append. Columns ``spec`` no longer has stay,
+    NULL from now on."""
+    found = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
+    for field in spec.schema:
+        if field.name in found and \
+                found[field.name].simpleString() != field.dataType.simpleString():
+            raise AbstreamError(
+                f"the {spec.name} table at {path} holds {field.name} as "
+                f"{found[field.name].simpleString()}, the configuration makes it "
+                f"{field.dataType.simpleString()}: keep its type, or give the property "
+                "another name")
+    added = [f for f in spec.schema if f.name not in found]
+    if not added:
+        return
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    log.info("the %s table at %s has new columns: %s (the rows written before read them as "
+             "NULL)", spec.name, path, ", ".join(f.name for f in added))
 
 
 def read_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> DataFrame:

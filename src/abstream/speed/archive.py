@@ -8,6 +8,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io.kafka.topics import ensure_topics
 from abstream.io.sources import kafka_stream
+from abstream.schemas import valid_event_schema
 from abstream.speed.component import Component, Context, stream_writer
 from abstream.speed.ingest import bronze_write
 from abstream.stages import kafka_records
@@ -22,7 +23,8 @@ def build(ctx: Context) -> DataStreamWriter:
     ensure_topics(kafka, topics, kafka.partitions)
     records = kafka_stream(ctx.spark, kafka, topics,
                            ctx.config.archive.max_offsets_per_trigger)
-    parsed = kafka_records.parsed_beacons(records, kafka.valid_topic)
+    parsed = kafka_records.parsed_beacons(records, kafka.valid_topic,
+                                          valid_event_schema(ctx.config.events))
     return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
 
 

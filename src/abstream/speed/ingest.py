@@ -11,7 +11,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io import sinks
 from abstream.io.sources import landing_lines
-from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, ensure_table
+from abstream.io.tables import REJECTED_TABLE, add_new_columns, ensure_table, events_table
 from abstream.observed import DUPLICATES
 from abstream.speed.component import BatchWrite, Component, Context, stream_writer
 from abstream.stages import beacons, dedupe
@@ -26,9 +26,10 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
     ``ingest.dedupe_window`` of ingestion, refused ones to quarantine; the time of each step
     goes to ``component``'s steps."""
     timed = partial(ctx.stats.timed, component)
-    events_path = ensure_table(ctx.spark, EVENTS_TABLE, ctx.layout)
-    append_events = timed("bronze append",
-                          sinks.AppendOnce(events_path, EVENTS_TABLE.partition_by))
+    bronze = events_table(ctx.config.events)
+    events_path = ensure_table(ctx.spark, bronze, ctx.layout)
+    add_new_columns(ctx.spark, bronze, events_path)
+    append_events = timed("bronze append", sinks.AppendOnce(events_path, bronze.partition_by))
     append_rejected = timed("quarantine append", sinks.AppendOnce(
         ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout), REJECTED_TABLE.partition_by))
     drop_duplicate_events = timed("find repeats", dedupe.drop_duplicate_events)
@@ -69,7 +70,8 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
 def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.ingest
     lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
-    parsed = beacons.parse_beacons(lines, settings.max_record_bytes, settings.future_tolerance)
+    parsed = beacons.parse_beacons(lines, ctx.config.events, settings.max_record_bytes,
+                                   settings.future_tolerance)
     return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
 
 

@@ -56,11 +56,11 @@ from abstream.io import sinks
 from abstream.io.sources import BatchEnd, CommitsRead, delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
-    EVENTS_TABLE,
     METRICS_TABLE,
     SESSIONS_TABLE,
     ensure_source_table,
     ensure_table,
+    events_table,
 )
 from abstream.observed import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, SESSION_STATE
@@ -302,7 +302,7 @@ def build(ctx: Context) -> DataStreamWriter:
     gap, lateness = settings.gap, settings.lateness
     gap_micros = gap // timedelta(microseconds=1)
     windowing = gold.Windowing.of(ctx.config.metrics)
-    events_path = ensure_source_table(spark, EVENTS_TABLE, ctx.layout, NAME)
+    events_path = ensure_source_table(spark, events_table(ctx.config.events), ctx.layout, NAME)
     timed = partial(ctx.stats.timed, NAME)
     append_visits = timed("silver append", sinks.AppendOnce(
         ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
@@ -315,8 +315,8 @@ def build(ctx: Context) -> DataStreamWriter:
     state = StateSnapshots(spark, checkpoint + "/state",
                            {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
                             CARRIED: SESSION_STATE})
-    stream = gold.observe_freshness(
-        delta_stream(spark, events_path, settings.max_files_per_trigger))
+    stream = gold.observe_freshness(sessions.with_measured_properties(
+        delta_stream(spark, events_path, settings.max_files_per_trigger)))
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)

@@ -30,7 +30,7 @@ def build(ctx: Context) -> DataStreamWriter:
                   kafka.partitions)
     limit = None if settings.mode == "realtime" else settings.max_offsets_per_trigger
     records = kafka_stream(ctx.spark, kafka, [kafka.topic], limit)
-    parsed = beacons.parse_beacons(kafka_records.beacon_lines(records),
+    parsed = beacons.parse_beacons(kafka_records.beacon_lines(records), ctx.config.events,
                                     ctx.config.ingest.max_record_bytes,
                                     ctx.config.ingest.future_tolerance)
     out = kafka_records.topic_records(parsed, kafka.valid_topic, kafka.rejected_topic)

@@ -1,7 +1,8 @@
 """Beacons as Kafka records: from the input topic to the validation stage, from the
 validation stage to its output topics, and from those back to bronze columns.
 
-The validation stage writes each valid beacon as its normalised JSON (``VALID_BEACON``)
+The validation stage writes each valid event as its normalised JSON (its bronze columns,
+``schemas.valid_event_schema``)
 keyed by session (so a visit's events stay in one partition, in order), and each refused
 record unchanged, with its reason in the ``reason`` header. Both carry two more headers:
 ``source`` (``kafka://topic/partition/offset`` of the input record) and ``source_ts`` (its
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from abstream.schemas import VALID_BEACON
+from abstream.config import LINEAGE_COLUMNS
 
 #: Microseconds survive the trip through JSON.
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
@@ -45,7 +47,8 @@ def _header(key: str, value: Column) -> Column:
 def topic_records(parsed: DataFrame, valid_topic: str, rejected_topic: str) -> DataFrame:
     """``parse_beacons`` output as Kafka sink rows: topic, key, value, headers."""
     valid = F.col("reason").isNull()
-    event = F.to_json(F.struct(*VALID_BEACON.fieldNames()), JSON_OPTIONS)
+    columns = [c for c in parsed.columns if c not in (*LINEAGE_COLUMNS, "raw", "reason")]
+    event = F.to_json(F.struct(*columns), JSON_OPTIONS)
     lineage = [_header(SOURCE_HEADER, F.col("source_file")),
                _header(SOURCE_TS_HEADER, F.unix_millis("arrived_at").cast("string"))]
     return parsed.select(
@@ -63,11 +66,13 @@ def header(name: str) -> Column:
     return F.get(F.filter("headers", lambda h: h["key"] == name), 0)["value"].cast("string")
 
 
-def parsed_beacons(records: DataFrame, valid_topic: str) -> DataFrame:
+def parsed_beacons(records: DataFrame, valid_topic: str, valid_schema: StructType
+                   ) -> DataFrame:
     """Records of the validation stage's two topics as ``parse_beacons`` output: bronze
-    columns, ``raw`` and ``reason``. A record on the valid topic that is not a valid
-    beacon's JSON (written by something else) is refused as ``malformed_json``."""
-    event = F.from_json(F.col("value").cast("string"), VALID_BEACON, JSON_OPTIONS)
+    columns, ``raw`` and ``reason``; ``valid_schema`` is the valid topic's JSON
+    (``schemas.valid_event_schema``). A record on the valid topic that is not a valid
+    event's JSON (written by something else) is refused as ``malformed_json``."""
+    event = F.from_json(F.col("value").cast("string"), valid_schema, JSON_OPTIONS)
     from_valid = F.col("topic") == valid_topic
     complete = F.col("e.event_id").isNotNull() & F.col("e.event_ts").isNotNull() \
         & F.col("e.session_id").isNotNull() & F.col("e.visitor_id").isNotNull() \
@@ -77,9 +82,8 @@ def parsed_beacons(records: DataFrame, valid_topic: str) -> DataFrame:
     source_ts = header(SOURCE_TS_HEADER).try_cast("long")
     return records.select(event.alias("e"), "value", "headers", "timestamp", "topic",
                           "partition", "offset").select(
-        *[F.col(f"e.{name}").alias(name) for name in VALID_BEACON.fieldNames()
-          if name != "experiments"],
-        F.coalesce("e.experiments", F.array()).alias("experiments"),
+        *[F.coalesce("e.experiments", F.array()).alias(name) if name == "experiments"
+          else F.col(f"e.{name}").alias(name) for name in valid_schema.fieldNames()],
         F.coalesce(header(SOURCE_HEADER), _location()).alias("source_file"),
         F.coalesce(F.timestamp_millis(source_ts), "timestamp").alias("arrived_at"),
         F.current_timestamp().alias("ingested_at"),

@@ -23,8 +23,9 @@ from datetime import timedelta
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, LongType
 
-from abstream.schemas import MONEY_TOTAL, POPULATIONS, SESSIONS, VISIT_ENTRY
+from abstream.schemas import MONEY, MONEY_TOTAL, POPULATIONS, SESSIONS, VISIT_ENTRY
 
 ASSIGNED, QUALIFIED = POPULATIONS
 
@@ -34,6 +35,20 @@ SESSION_INPUT = ("session_id", "visitor_id", "event_ts", "type", "revenue", "uni
 VISIT = ("session_id", "visit_start")
 #: What an event or a visit counts for, as columns of its rows.
 TARGET = ("experiment_id", "variant", "population")
+
+
+#: The properties the metrics read, and their types: NULL where the input mapping keeps
+#: no such property.
+MEASURED: dict[str, DataType] = {"revenue": MONEY, "units": LongType(),
+                                 "page_load_ms": LongType()}
+
+
+def with_measured_properties(events: DataFrame) -> DataFrame:
+    """Bronze ``events`` with the properties the metrics read (``MEASURED``), of their
+    types."""
+    return events.withColumns({
+        name: (F.col(name).try_cast(kind) if name in events.columns else F.lit(None).cast(kind))
+        for name, kind in MEASURED.items()})
 
 
 def _count(kind: str) -> Column:
