@@ -3,6 +3,10 @@ partitioning checked, and a creation a crash interrupted done again."""
 
 import json
 import logging
+import os
+import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,8 +87,8 @@ INTERRUPTED_CREATIONS = {
 }
 
 
-def leave_half_created(path: str, state: str) -> None:
-    """The table folder at ``path`` as a kill during its creation leaves it."""
+def leave_half_created(path: str, state: str, seconds_ago: float = 60.0) -> None:
+    """The table folder at ``path`` as a kill during its creation leaves it, that long ago."""
     log = Path(path, "_delta_log")
     log.mkdir(parents=True)
     for name in INTERRUPTED_CREATIONS[state]:
@@ -92,6 +96,9 @@ def leave_half_created(path: str, state: str) -> None:
             (log / name).mkdir()
         else:
             (log / name).write_text('{"commitInfo":')
+    then = time.time() - seconds_ago
+    for place in [*log.iterdir(), log]:
+        os.utime(place, (then, then))
 
 
 def _described(spark, path):
@@ -131,6 +138,35 @@ def test_a_table_whose_creation_was_killed_is_created_again(spark, tmp_path, spe
         "a crash during its creation): creating it again"]
 
 
+def test_a_creation_at_work_elsewhere_is_waited_for_not_undone(spark, tmp_path, caplog):
+    """A log without a commit that changed moments ago is another creator's: its commit is
+    waited for, and the table it creates is the one used."""
+    layout = Layout.of(tmp_path / "here")
+    elsewhere = ensure_table(spark, SESSIONS_TABLE, Layout.of(tmp_path / "elsewhere"))
+    path = SESSIONS_TABLE.path(layout)
+    leave_half_created(path, "staged commits only", seconds_ago=0.0)
+
+    def commit() -> None:
+        time.sleep(1.0)
+        for entry in Path(elsewhere, "_delta_log").glob("00000000000000000000.*"):
+            # Written whole, as Delta's commits are: under a hidden name, then renamed.
+            hidden = Path(path, "_delta_log", f".{entry.name}.tmp")
+            shutil.copy(entry, hidden)
+            hidden.replace(hidden.with_name(entry.name))
+
+    creator = threading.Thread(target=commit)
+    creator.start()
+    with caplog.at_level(logging.WARNING, logger="abstream.io.tables"):
+        ensure_table(spark, SESSIONS_TABLE, layout)
+    creator.join()
+
+    def table_id(location: str) -> str:
+        return spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()["id"]
+
+    assert table_id(path) == table_id(elsewhere)
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("log_state", [None, "empty log"])
 def test_a_folder_with_data_but_no_commit_is_refused_and_kept(spark, tmp_path, log_state):
     layout = Layout.of(tmp_path)
@@ -151,15 +187,15 @@ def test_a_folder_with_data_but_no_commit_is_refused_and_kept(spark, tmp_path, l
     assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
 
 
-def test_a_log_with_a_staged_commit_delta_cannot_open_is_refused_and_kept(spark, tmp_path):
+def test_a_log_with_a_staged_commit_only_is_refused_and_kept(spark, tmp_path):
     layout = Layout.of(tmp_path)
     staged = Path(SESSIONS_TABLE.path(layout), "_delta_log", "_staged_commits")
     staged.mkdir(parents=True)
     commit = staged / "00000000000000000000.2f1c.json"
     commit.write_text("{}\n")
 
-    with pytest.raises(UsageError, match=r"the sessions table at .* has a Delta log that "
-                                         r"Delta cannot open"):
+    with pytest.raises(UsageError, match=r"the sessions table at .* has commits staged but "
+                                         r"none published"):
         ensure_table(spark, SESSIONS_TABLE, layout)
 
     assert commit.exists()

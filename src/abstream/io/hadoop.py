@@ -21,6 +21,11 @@ class HadoopFiles:
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._path(path)))
 
+    def modified_ms(self, path: str) -> int:
+        """When ``path`` was last modified (epoch milliseconds; a folder's entries
+        added or removed count)."""
+        return int(self._fs.getFileStatus(self._path(path)).getModificationTime())
+
     def names(self, folder: str) -> list[str]:
         """The names in ``folder``; none when it does not exist."""
         if not self.exists(folder):

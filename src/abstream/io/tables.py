@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+import time
 from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -66,6 +68,9 @@ TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE, COVERAGE_
 _COMMIT = re.compile(r"^\d{20}\.(json|checkpoint\..*parquet)$|^_last_checkpoint$")
 #: Where Delta stages commits before they are published in the log.
 _STAGED = "_staged_commits"
+#: How long a creation may take from Delta making the log folder to its first commit: a
+#: log without a commit that changed more recently is a creation at work elsewhere.
+CREATION_SECONDS = 30.0
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
@@ -94,8 +99,10 @@ def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str)
     """Make way for the table at ``path``, which is no Delta table yet. A creation killed
     part way leaves a ``_delta_log`` folder without a commit (empty, or holding only an
     empty ``_staged_commits`` and temporary files), in which Delta neither opens nor
-    creates a table: such a folder never held data, so it is removed. Anything else in a
-    folder without a commit is someone's data, and is refused, with nothing deleted."""
+    creates a table: such a folder never held data, so it is removed once it is older than
+    ``CREATION_SECONDS`` (younger, it is another query's or process's creation at work,
+    which is waited for). Anything else in a folder without a commit is someone's data, and
+    is refused, with nothing deleted."""
     files = HadoopFiles(spark, path)
     delta_log = posixpath.join(path, "_delta_log")
     others = sorted(name for name in files.names(path) if name != "_delta_log")
@@ -104,17 +111,39 @@ def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str)
             f"{path} holds files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
             f" but no Delta table, so abstream cannot create its {spec.name} table there: "
             "move them away (nothing was deleted), or point data_dir elsewhere")
-    if not files.exists(delta_log):
-        return
-    entries = files.names(delta_log)
-    if any(_COMMIT.match(name) for name in entries) or files.names(
-            posixpath.join(delta_log, _STAGED)):
-        raise UsageError(f"the {spec.name} table at {path} has a Delta log that Delta cannot "
-                         "open: restore the table from a backup, or move it away to start "
-                         "it anew")
-    for name in entries:
-        files.delete(posixpath.join(delta_log, name), recursive=False)
-    files.delete(delta_log, recursive=False)
+    while files.exists(delta_log):
+        entries = files.names(delta_log)
+        if _committed(entries):
+            return  # created meanwhile (Delta's answer above may be one it had cached)
+        if files.names(posixpath.join(delta_log, _STAGED)):
+            raise UsageError(f"the {spec.name} table at {path} has commits staged but none "
+                             "published, which abstream does not write: restore the table "
+                             "from a backup, or move it away to start it anew")
+        changed = max(files.modified_ms(place) for place in
+                      [delta_log, *(posixpath.join(delta_log, name) for name in entries)])
+        if time.time() * 1000 - changed >= CREATION_SECONDS * 1000:
+            _remove_empty_log(files, spec, path, entries)
+            return
+        time.sleep(0.2)
+
+
+def _committed(entries: list[str]) -> bool:
+    """Whether a log's entries hold a commit."""
+    return any(_COMMIT.match(name) for name in entries)
+
+
+def _remove_empty_log(files: HadoopFiles, spec: TableSpec, path: str,
+                      entries: list[str]) -> None:
+    delta_log = posixpath.join(path, "_delta_log")
+    try:
+        for name in entries:
+            files.delete(posixpath.join(delta_log, name), recursive=False)
+        files.delete(delta_log, recursive=False)
+    except Py4JError:
+        # A commit arrived meanwhile (the folder is no longer empty): the table is there.
+        if _committed(files.names(delta_log)):
+            return
+        raise
     log.warning("the %s table at %s was left half-created (its log holds no commit, a crash "
                 "during its creation): creating it again", spec.name, path)
 
