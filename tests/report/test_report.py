@@ -88,14 +88,15 @@ def _reference(ctx: Context):
 
 
 def _linearised_delta_p(control: np.ndarray, variant: np.ndarray, x: int, y: int) -> float:
-    """The delta method's p-value computed from raw per-visitor values."""
+    """The delta method's p-value computed from raw per-visitor values (Welch's t)."""
     def ratio_and_variance(values: np.ndarray) -> tuple[float, float]:
         ratio = values[:, x].sum() / values[:, y].sum()
         linear = (values[:, x] - ratio * values[:, y]) / values[:, y].mean()
         return ratio, linear.var(ddof=1) / len(values)
 
     (rc, vc), (rv, vv) = ratio_and_variance(control), ratio_and_variance(variant)
-    return float(2 * stats.norm.sf(abs(rv - rc) / np.sqrt(vc + vv)))
+    df = (vc + vv) ** 2 / (vc ** 2 / (len(control) - 1) + vv ** 2 / (len(variant) - 1))
+    return float(2 * stats.t.sf(abs(rv - rc) / np.sqrt(vc + vv), df))
 
 
 def test_speed_layer_numbers_are_marked_provisional_until_the_batch_layer_covers_them(served):

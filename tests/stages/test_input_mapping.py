@@ -95,6 +95,16 @@ def test_experiments_as_an_object_of_variants_are_exposures(spark):
         {"id": "other", "variant": "control", "qualified": True}]
 
 
+def test_experiments_without_an_exposure_flag_are_never_exposures(spark):
+    mapping = SHOP.model_copy(update={"experiments": SHOP.experiments.model_copy(
+        update={"qualified": None})})
+
+    row = valid_events(_parse(spark, mapping, [_event()])).first()
+
+    assert [e.asDict() for e in row["experiments"]] == [
+        {"id": "exp", "variant": "b", "qualified": None}]
+
+
 def test_without_a_session_a_visitors_events_are_one_stream(spark):
     fields = SHOP.fields.model_copy(update={"session_id": None})
     mapping = SHOP.model_copy(update={"fields": fields})

@@ -4,7 +4,8 @@
   freedom come from the Welch-Satterthwaite equation.
 - Ratios of two sums over units (orders per visit, revenue per order, with the visitor as
   the unit, so visits of one visitor are not taken as independent): the delta method, a
-  normal approximation of ratio = mean(x) / mean(y).
+  normal approximation of ratio = mean(x) / mean(y), its variance then compared as a mean's
+  (Welch's t), as GrowthBook's engine does.
 - Sample-ratio mismatch: Pearson's chi-square goodness-of-fit of units per variant against
   the allocation weights.
 
@@ -172,34 +173,37 @@ def welch(control: MeanMoments, variant: MeanMoments,
     two) units on a side."""
     if min(control.n, variant.n) < inference.least_units:
         return None
-    se_c2, se_v2 = control.variance / control.n, variant.variance / variant.n
-    se2 = se_c2 + se_v2
-    if se2 == 0:
-        df = math.inf
-    else:
-        df = se2 ** 2 / (se_c2 ** 2 / (control.n - 1) + se_v2 ** 2 / (variant.n - 1))
-    two_sided = 1 - inference.alpha / 2
-    quantile = float(stats.t.ppf(two_sided, df)) if math.isfinite(df) else \
-        float(stats.norm.ppf(two_sided))
-    p_value = _p_value(variant.mean - control.mean, se2,
-                       lambda z: 2 * float(stats.t.sf(abs(z), df)))
-    return _compare(control.mean, variant.mean, se_c2, se_v2, quantile=quantile,
-                    p_value=p_value, units=control.n + variant.n, inference=inference)
+    return _t_test((control.mean, variant.mean),
+                   (control.variance / control.n, variant.variance / variant.n),
+                   (control.n, variant.n), inference)
 
 
 def delta_ratio(control: RatioMoments, variant: RatioMoments,
                 inference: Inference = Inference()) -> Comparison | None:
-    """Ratios compared with the delta method (z-test); None with fewer than ``min_units``
+    """Ratios compared with the delta method and Welch's t (its degrees of freedom from the
+    ratios' variances, as GrowthBook's engine has them); None with fewer than ``min_units``
     (at least two) units with a denominator on a side."""
     if min(control.informative, variant.informative) < inference.least_units \
             or control.sum_y == 0 or variant.sum_y == 0:
         return None
-    quantile = float(stats.norm.ppf(1 - inference.alpha / 2))
-    var_c, var_v = control.variance, variant.variance
-    p_value = _p_value(variant.ratio - control.ratio, var_c + var_v,
-                       lambda z: 2 * float(stats.norm.sf(abs(z))))
-    return _compare(control.ratio, variant.ratio, var_c, var_v, quantile=quantile,
-                    p_value=p_value, units=control.n + variant.n, inference=inference)
+    return _t_test((control.ratio, variant.ratio), (control.variance, variant.variance),
+                   (control.n, variant.n), inference)
+
+
+def _t_test(estimates: tuple[float, float], variances: tuple[float, float],
+            units: tuple[int, int], inference: Inference) -> Comparison:
+    """Control's and the variant's estimates, with the variances of their estimation from
+    their units, compared with Welch's t: its degrees of freedom from the
+    Welch-Satterthwaite equation."""
+    (control, variant), (var_c, var_v), (n_c, n_v) = estimates, variances, units
+    se2 = var_c + var_v
+    df = se2 ** 2 / (var_c ** 2 / (n_c - 1) + var_v ** 2 / (n_v - 1)) if se2 > 0 else math.inf
+    two_sided = 1 - inference.alpha / 2
+    quantile = float(stats.t.ppf(two_sided, df)) if math.isfinite(df) else \
+        float(stats.norm.ppf(two_sided))
+    p_value = _p_value(variant - control, se2, lambda z: 2 * float(stats.t.sf(abs(z), df)))
+    return _compare(control, variant, var_c, var_v, quantile=quantile, p_value=p_value,
+                    units=n_c + n_v, inference=inference)
 
 
 def _p_value(difference: float, variance: float,

@@ -200,10 +200,14 @@ def _experiment_entries(mapping: EventsSettings, parsed: Column) -> Column:
     if (experiments.id, experiments.variant, experiments.qualified) == \
             tuple(EXPERIMENT_ENTRY.fieldNames()):
         return F.coalesce(listed, F.array())
-    qualified = F.lit(None).cast("boolean") if experiments.qualified is None else None
-    return F.transform(F.coalesce(listed, F.array()), lambda e: F.struct(
-        e[experiments.id].alias("id"), e[experiments.variant].alias("variant"),
-        (qualified if qualified is not None else e[experiments.qualified]).alias("qualified")))
+
+    def entry(e: Column) -> Column:
+        flag = F.lit(None).cast("boolean") if experiments.qualified is None \
+            else e[experiments.qualified]
+        return F.struct(e[experiments.id].alias("id"), e[experiments.variant].alias("variant"),
+                        flag.alias("qualified"))
+
+    return F.transform(F.coalesce(listed, F.array()), entry)
 
 
 def _property(mapping: EventsSettings, parsed: Column, kind: Column, name: str) -> Column:
