@@ -39,13 +39,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.config import Config, EventsSettings, load_config
+from abstream.config import Config, load_config
 from abstream.durations import spark_interval
 from abstream.io.spark import spark_session
 from abstream.io.tables import EVENTS_TABLE
 from abstream.stages import beacons, gold, sessions
-from abstream.stages.beacons import input_schema
 from bench.common import (
+    BEACON,
     RESULTS,
     dataset,
     dataset_parser,
@@ -62,9 +62,6 @@ log = logging.getLogger("bench.ceiling")
 WARM_UP_EVENTS = 50_000
 #: Repetitions of the fixed costs; their median is reported.
 SMALL_APPENDS, TRIVIAL_JOBS = 5, 10
-
-#: The beacon as the JSON parser reads it.
-BEACON = input_schema(EventsSettings())
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,17 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
+from abstream.config import EventsSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.speed import ingest, sessionize
+from abstream.stages.beacons import input_schema
 
 log = logging.getLogger("bench.common")
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 DATA = HERE / "data"
+#: The beacon as the JSON parser reads it.
+BEACON = input_schema(EventsSettings())
 #: The speed layer's components, in the order ``run --once`` runs them.
 COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT)
 SAMPLE_SECONDS = 0.25

@@ -36,12 +36,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.config import EventsSettings, SparkSettings, load_config
+from abstream.config import SparkSettings, load_config
 from abstream.io.spark import spark_session
 from abstream.layout import Layout
 from abstream.speed.runner import pipeline, run_once
-from abstream.stages.beacons import input_schema
 from bench.common import (
+    BEACON,
     COMPONENTS,
     RESULTS,
     dataset,
@@ -69,9 +69,6 @@ SPARK_DEFAULTS = {
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "128",
     "spark.sql.inMemoryColumnarStorage.compressed": "true",
 }
-
-#: The beacon as the JSON parser reads it.
-BEACON = input_schema(EventsSettings())
 
 
 def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str, Any]:

@@ -16,9 +16,12 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.config import Config
+from abstream.config import Config, EventsSettings
 from abstream.schemas import EVENTS
 from abstream.speed import Context
+
+#: The default input mapping: the beacon.
+BEACON = EventsSettings()
 
 #: When the bronze rows that tests build arrived and were ingested.
 T0_BRONZE = datetime(2026, 1, 5, 10, 0)

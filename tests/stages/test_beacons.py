@@ -4,7 +4,6 @@ from decimal import Decimal
 
 from pyspark.sql import functions as F
 
-from abstream.config import EventsSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.stages.beacons import (
     parse_beacons,
@@ -12,14 +11,11 @@ from abstream.stages.beacons import (
     valid_events,
 )
 from abstream.stages.dedupe import drop_duplicate_events, recent_ids
-from tests.helpers import beacon, dumps
+from tests.helpers import BEACON, beacon, dumps
 from tests.reference import valid_event
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 TS = "2026-11-22T10:15:30.123Z"
-
-#: The default input mapping: the beacon.
-BEACON = EventsSettings()
 
 
 def _parse(spark, lines, max_bytes=65_536):

@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from abstream.config import EventsSettings
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
 from abstream.speed import COMPONENTS
 from abstream.speed.runner import run_once
 from abstream.stages import beacons, kafka_records
 from tests.fuzz import BEACON_FIELDS, TS, fuzzed_records
-from tests.helpers import beacon, dumps, reconfigure
+from tests.helpers import BEACON, beacon, dumps, reconfigure
 
 MAX_BYTES = 2_048
 FUTURE = timedelta(minutes=5)
@@ -39,9 +38,6 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4)
     | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12)
-
-#: The default input mapping: the beacon.
-BEACON = EventsSettings()
 
 
 def _json(value: object) -> str:

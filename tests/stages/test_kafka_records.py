@@ -16,10 +16,9 @@ from pyspark.sql.types import (
 )
 from pyspark.testing import assertDataFrameEqual
 
-from abstream.config import EventsSettings
 from abstream.schemas import EVENTS, valid_event_schema
 from abstream.stages import beacons, kafka_records
-from tests.helpers import beacon, dumps
+from tests.helpers import BEACON, beacon, dumps
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 RECORD = StructType([
@@ -39,9 +38,6 @@ LINES = [
 ]
 CONTENT = [f for f in EVENTS.fieldNames()
            if f not in ("source_file", "arrived_at", "ingested_at")]
-
-#: The default input mapping: the beacon.
-BEACON = EventsSettings()
 
 
 def _input(spark):
