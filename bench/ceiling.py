@@ -136,12 +136,12 @@ def _started(i: Inputs) -> DataFrame:
 
 
 def _visits(i: Inputs) -> DataFrame:
-    return sessions.assemble_visits(_started(i))
+    return sessions.assemble_visits(_started(i), i.config.metrics.catalog)
 
 
 def _gold(i: Inputs) -> DataFrame:
     started = _started(i)
-    visits = sessions.assemble_visits(started)
+    visits = sessions.assemble_visits(started, i.config.metrics.catalog)
     return gold.experiment_metrics(
         sessions.event_targets(started, sessions.visit_entries(visits)),
         sessions.visit_targets(visits), gold.Windowing.of(i.config.metrics),

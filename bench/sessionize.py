@@ -48,6 +48,7 @@ from abstream.config import EventsSettings, load_config
 from abstream.durations import spark_interval
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.spark import spark_session
+from abstream.metrics.catalog import default_catalog
 from abstream.stages import sessions
 from abstream.stages.beacons import parse_beacons, valid_events
 from abstream.stages.dedupe import drop_duplicate_events
@@ -155,7 +156,7 @@ def native(events: DataFrame) -> DataFrame:
     return events.select(*sessions.SESSION_INPUT) \
         .groupBy("session_id", F.session_window("event_ts", spark_interval(GAP))).agg(
             F.min("event_ts").alias("visit_start"),
-            *sessions.visit_counters(),
+            *sessions.visit_counters(default_catalog()),
             F.collect_list("experiments").alias("entry_sets"),
         )
 
@@ -181,7 +182,8 @@ def batch(events: DataFrame, checkpoint: Path) -> DataStreamWriter:
     visits' events, read from its state snapshot)."""
     def write(new: DataFrame, batch_id: int) -> None:
         visits = sessions.assemble_visits(
-            sessions.with_visit_start(new.select(*sessions.SESSION_INPUT), GAP))
+            sessions.with_visit_start(new.select(*sessions.SESSION_INPUT), GAP),
+            default_catalog())
         visits.write.format("noop").mode("overwrite").save()
 
     return events.writeStream.foreachBatch(write).option("checkpointLocation", str(checkpoint))

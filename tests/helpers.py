@@ -17,11 +17,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import Config, EventsSettings
+from abstream.metrics.catalog import default_catalog
 from abstream.schemas import EVENTS
 from abstream.speed import Context
 
 #: The default input mapping: the beacon.
 BEACON = EventsSettings()
+#: The default metric catalog.
+CATALOG = default_catalog()
 
 #: When the bronze rows that tests build arrived and were ingested.
 T0_BRONZE = datetime(2026, 1, 5, 10, 0)

@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--name", default="abstream_serving", help="the view's name")
 
     _report_parser(commands, common)
+    _metrics_parser(commands, common)
 
     kafka = commands.add_parser(
         "kafka-local", parents=[common],
@@ -170,6 +171,19 @@ def _generate_parser(commands: argparse._SubParsersAction, common: argparse.Argu
     gen.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def _metrics_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser
+                    ) -> None:
+    metrics = commands.add_parser(
+        "metrics", parents=[common],
+        help="print the metric catalog in force, or check a file of definitions")
+    shown = metrics.add_mutually_exclusive_group()
+    shown.add_argument("--yaml", action="store_true",
+                       help="print the catalog as YAML (a file for metrics.definitions)")
+    shown.add_argument("--check", metavar="FILE", type=Path,
+                       help="check the definitions in FILE (a catalog, or a config file) "
+                            "against the input mapping in force: one line per problem")
+
+
 def _report_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser
                    ) -> None:
     report = commands.add_parser(
@@ -201,7 +215,7 @@ COMMANDS = {"generate": commands.generate, "run": commands.run, "demo": commands
             "batch": commands.batch, "serving": commands.serving,
             "kafka-local": commands.kafka_local, "report": commands.report, "lag": commands.lag,
             "maintain": commands.maintain, "exporter": commands.exporter,
-            "jars": commands.jars}
+            "jars": commands.jars, "metrics": commands.metrics}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import threading
 from datetime import UTC, datetime
 from types import FrameType
 
-from abstream.config import Config
+from abstream.config import Config, catalog_problems
 from abstream.errors import AbstreamError, UsageError
 
 log = logging.getLogger("abstream")
@@ -144,6 +144,26 @@ def report(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(report.to_dict()))
     elif args.html is None and not args.publish:
         print(render_text(report))
+    return 0
+
+
+def metrics(args: argparse.Namespace, config: Config) -> int:
+    from abstream.metrics.catalog import problems, read_catalog_file, render_catalog
+    from abstream.metrics.definitions import Catalog
+
+    if args.check is None:
+        print(render_catalog(config.metrics.catalog, as_yaml=args.yaml))
+        return 0
+    raw = read_catalog_file(args.check)
+    found = problems(raw)
+    if not found:
+        found = catalog_problems(Catalog.model_validate(raw), config.events)
+    for line in found:
+        print(f"{args.check}: {line}")
+    if found:
+        return 2
+    count = len(raw["definitions"])
+    print(f"{args.check}: {count} definition{'s' * (count != 1)}, no problem")
     return 0
 
 

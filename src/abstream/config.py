@@ -24,12 +24,15 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from abstream.durations import parse_duration
 from abstream.errors import ConfigError
+from abstream.metrics.catalog import default_definitions
+from abstream.metrics.definitions import Catalog, Definition
 
 ENV_PREFIX = "ABSTREAM__"
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -106,6 +109,9 @@ _COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 #: Bronze columns that are not properties: the event's own, then where and when it was read.
 CORE_COLUMNS = ("event_id", "event_ts", "session_id", "visitor_id", "type", "experiments")
 LINEAGE_COLUMNS = ("source_file", "arrived_at", "ingested_at", "event_date")
+#: Columns that stand beside an event's properties where visits are made.
+SESSION_COLUMNS = ("visit_start", "counted_in", "late", "id", "variant", "qualified",
+                   "exposed_at")
 #: The beacon's event types (the default ``events.types``).
 BEACON_TYPES = ("pageview", "add_to_cart", "order", "error")
 PropertyType = Literal["string", "long", "double", "decimal", "boolean"]
@@ -193,11 +199,12 @@ class EventsSettings(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> EventsSettings:
         for name in self.properties:
-            if not _COLUMN.match(name) or name in CORE_COLUMNS + LINEAGE_COLUMNS:
+            if not _COLUMN.match(name) or name in CORE_COLUMNS + LINEAGE_COLUMNS \
+                    + SESSION_COLUMNS:
                 raise ValueError(
                     f"properties: {name!r} cannot name a bronze column: use lower-case "
-                    f"letters, digits and _, and none of {', '.join(CORE_COLUMNS)}, "
-                    f"{', '.join(LINEAGE_COLUMNS)}")
+                    f"letters, digits and _, and none of "
+                    f"{', '.join(CORE_COLUMNS + LINEAGE_COLUMNS + SESSION_COLUMNS)}")
         known = set(self.types) if self.types is not None else None
         for kind, names in self.require.items():
             if known is not None and kind not in known:
@@ -224,6 +231,47 @@ class EventsSettings(_Section):
         """Every path the mapping reads."""
         fields = [p for p in self.fields.model_dump().values() if p is not None]
         return [*fields, self.experiments.path, *(p.path for p in self.properties.values())]
+
+
+_NUMBERS = ("long", "double", "decimal")
+
+
+def catalog_problems(catalog: Catalog, events: EventsSettings) -> list[str]:
+    """One line per thing a catalog reads that the input mapping does not have: event
+    types, properties, numbers."""
+    found = []
+    for definition in catalog.definitions:
+        sides = ("numerator", "denominator") if definition.kind == "ratio" else ("",)
+        for side, measure in zip(sides, definition.measures(), strict=True):
+            where = f"definition {definition.name!r}: " + (f"{side}." if side else "")
+            found += _measure_problems(where, measure, events)
+    return found
+
+
+def _measure_problems(where: str, measure: Any, events: EventsSettings) -> list[str]:
+    if measure.events is None:
+        return []
+    found = []
+    known = events.properties
+    for kind in measure.events.type or ():
+        if events.types is not None and kind not in events.types:
+            found.append(f"{where}events.type: {kind!r} is not one of the event types "
+                         f"({', '.join(events.types)})")
+    for name, condition in measure.events.where.items():
+        if name not in known:
+            found.append(f"{where}events.where: {name!r} is not one of events.properties "
+                         f"({', '.join(known) or 'none'})")
+        elif condition.compared() and known[name].type not in _NUMBERS:
+            found.append(f"{where}events.where.{name}: lt, le, gt and ge compare numbers, "
+                         f"and {name} is a {known[name].type}")
+    if measure.value is not None:
+        if measure.value not in known:
+            found.append(f"{where}value: {measure.value!r} is not one of events.properties "
+                         f"({', '.join(known) or 'none'})")
+        elif known[measure.value].type not in _NUMBERS:
+            found.append(f"{where}value: {measure.value} is a {known[measure.value].type}, "
+                         "not a number")
+    return found
 
 
 class IngestSettings(_Section):
@@ -255,6 +303,13 @@ class MetricsSettings(_Section):
     window: Duration = timedelta(minutes=5)
     slide: Duration | None = None
     hll_lg_k: int = Field(default=12, ge=4, le=21)
+    #: The metric catalog (docs/metrics.md); the default is the package's
+    #: ``resources/metrics.yaml``.
+    definitions: list[Definition] = Field(default_factory=default_definitions, min_length=1)
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(definitions=self.definitions)
 
     @model_validator(mode="after")
     def _slide_fits_window(self) -> MetricsSettings:
@@ -262,6 +317,7 @@ class MetricsSettings(_Section):
             not timedelta(0) < self.slide <= self.window or self.window % self.slide
         ):
             raise ValueError("slide must be positive and divide the window length")
+        self.catalog  # noqa: B018 (names must be distinct)
         return self
 
 
@@ -437,9 +493,6 @@ class MonitorSettings(_Section):
     pushgateway: str | None = None
 
 
-#: The metrics ``abstream report`` compares, and what each is for an experiment.
-MetricName = Literal["conversion_rate", "revenue_per_visitor", "bounce_rate",
-                     "error_visit_rate", "average_order_value"]
 MetricRole = Literal["primary", "secondary", "guardrail"]
 #: How p-values are adjusted for an experiment's many comparisons.
 Correction = Literal["holm", "bh", "none"]
@@ -463,11 +516,9 @@ class ReportSettings(_Section):
     #: experiment and population: Holm (family-wise error), Benjamini-Hochberg (false
     #: discovery rate) or none.
     correction: Correction = "holm"
-    #: Each metric's role; a metric not named is ``secondary``. A guardrail moving the
-    #: wrong way is what the experiment alert rules watch.
-    metrics: dict[MetricName, MetricRole] = Field(default_factory=lambda: {
-        "conversion_rate": "primary", "bounce_rate": "guardrail",
-        "error_visit_rate": "guardrail"})
+    #: Roles that replace those of the definitions of these names. A guardrail moving
+    #: the wrong way is what the experiment alert rules watch.
+    metrics: dict[str, MetricRole] = Field(default_factory=dict)
     #: An experiment's sample-ratio-mismatch p-value below this is flagged.
     srm_threshold: float = Field(default=0.001, gt=0, lt=1)
     #: Allocation weights per experiment and variant; an experiment not named here is
@@ -501,6 +552,27 @@ class Config(_Section):
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     maintain: MaintainSettings = Field(default_factory=MaintainSettings)
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_fit_events(cls, metrics: MetricsSettings, info: ValidationInfo
+                            ) -> MetricsSettings:
+        events = info.data.get("events")
+        found = catalog_problems(metrics.catalog, events) if events is not None else []
+        if found:
+            raise ValueError(found[0])
+        return metrics
+
+    @field_validator("report")
+    @classmethod
+    def _roles_of_known_metrics(cls, report: ReportSettings, info: ValidationInfo
+                                ) -> ReportSettings:
+        metrics = info.data.get("metrics")
+        unknown = [n for n in report.metrics if metrics and metrics.catalog.get(n) is None]
+        if unknown and metrics is not None:
+            raise ValueError(f"metrics: {unknown[0]!r} is not a metric of the catalog "
+                             f"({', '.join(d.name for d in metrics.definitions)})")
+        return report
 
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
         return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})

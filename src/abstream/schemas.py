@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -11,6 +13,7 @@ from pyspark.sql.types import (
     DecimalType,
     DoubleType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -33,9 +36,13 @@ EXPERIMENT_ENTRY = StructType(
     ]
 )
 
+#: A map from a metric part's key to a visit's value of it (``stages.parts``).
+PARTS = MapType(StringType(), DoubleType())
+
 #: An experiment entry of a visit: ``qualified`` when one of the visit's events listed it
 #: with ``qualified = true``; then ``exposed_at`` is the visit's first exposure to the
-#: experiment and ``exposed_orders``/``exposed_revenue`` count the orders from then on.
+#: experiment and ``exposed_orders``/``exposed_revenue`` count the orders from then on,
+#: ``exposed_parts`` the metric catalog's event parts.
 VISIT_ENTRY = StructType(
     [
         StructField("id", StringType()),
@@ -44,6 +51,7 @@ VISIT_ENTRY = StructType(
         StructField("exposed_at", TimestampType()),
         StructField("exposed_orders", LongType()),
         StructField("exposed_revenue", MONEY_TOTAL),
+        StructField("exposed_parts", PARTS),
     ]
 )
 
@@ -114,6 +122,7 @@ SESSIONS = StructType(
         StructField("is_bounce", BooleanType(), False),
         StructField("is_error_visit", BooleanType(), False),
         StructField("experiments", ArrayType(VISIT_ENTRY), False),
+        StructField("metric_parts", PARTS),
         StructField("layer", StringType(), False),
         StructField("computed_at", TimestampType(), False),
         StructField("visit_date", DateType(), False),
@@ -123,15 +132,9 @@ SESSIONS = StructType(
 #: The columns of silver ``sessions`` that are not the visit's own.
 SESSION_LINEAGE = ("layer", "computed_at", "visit_date")
 
-#: What the sessionize component writes of each micro-batch, and reads back: the events it
-#: sessionized (the bronze columns sessions and metrics read) with their visit's start and,
-#: for the events it carried from the micro-batch before, the start of the visit they were
-#: counted in then (``counted_in``). New events behind the watermark are kept as ``late``
-#: rows, counted and not sessionized. The next micro-batch carries on the events of the
-#: visits left open (``OPEN_VISITS``). The events of open visits a micro-batch did not
-#: touch are carried over as they are, in the same columns.
-SESSION_STATE = StructType(
-    [
+def session_state(properties: Mapping[str, DataType]) -> StructType:
+    """``SESSION_STATE`` with the further ``properties`` the metric catalog reads."""
+    return StructType([
         StructField("session_id", StringType(), False),
         StructField("visitor_id", StringType(), False),
         StructField("event_ts", TimestampType(), False),
@@ -139,12 +142,22 @@ SESSION_STATE = StructType(
         StructField("revenue", MONEY),
         StructField("units", LongType()),
         StructField("page_load_ms", LongType()),
+        *(StructField(name, kind) for name, kind in properties.items()),
         StructField("experiments", ArrayType(EXPERIMENT_ENTRY), False),
         StructField("visit_start", TimestampType()),
         StructField("counted_in", TimestampType()),
         StructField("late", BooleanType(), False),
-    ]
-)
+    ])
+
+
+#: What the sessionize component writes of each micro-batch, and reads back: the events it
+#: sessionized (the bronze columns sessions and metrics read) with their visit's start and,
+#: for the events it carried from the micro-batch before, the start of the visit they were
+#: counted in then (``counted_in``). New events behind the watermark are kept as ``late``
+#: rows, counted and not sessionized. The next micro-batch carries on the events of the
+#: visits left open (``OPEN_VISITS``). The events of open visits a micro-batch did not
+#: touch are carried over as they are, in the same columns.
+SESSION_STATE = session_state({})
 
 #: The visits a micro-batch of sessionize left open, each with the micro-batch whose
 #: snapshot holds its events (its generation): as silver has it (without the lineage), as

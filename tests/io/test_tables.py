@@ -13,7 +13,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
+from pyspark.sql.types import ArrayType, StructField, StructType
 
 from abstream.config import EventsSettings, PropertySpec
 from abstream.errors import AbstreamError, UsageError
@@ -22,12 +22,11 @@ from abstream.io.tables import (
     METRICS_TABLE,
     SESSIONS_TABLE,
     TABLES,
-    add_new_columns,
     ensure_table,
     events_table,
 )
 from abstream.layout import Layout
-from abstream.schemas import EVENTS
+from abstream.schemas import EVENTS, SESSIONS, VISIT_ENTRY
 
 
 def _stats_of_first_file(path: str) -> dict:
@@ -216,8 +215,8 @@ def test_a_property_added_to_the_mapping_is_a_new_bronze_column_null_before(spar
     wider = events_table(_with_properties(device="string", first_visit="boolean"))
 
     with caplog.at_level(logging.INFO, logger="abstream.io.tables"):
-        add_new_columns(spark, wider, ensure_table(spark, wider, layout))
-        add_new_columns(spark, wider, path)
+        ensure_table(spark, wider, layout)
+        ensure_table(spark, wider, layout)
 
     bronze = spark.read.format("delta").load(path)
     assert bronze.columns == [*EVENTS.fieldNames(), "device", "first_visit"]
@@ -229,9 +228,41 @@ def test_a_property_added_to_the_mapping_is_a_new_bronze_column_null_before(spar
 
 def test_a_property_whose_type_changed_is_refused_with_one_line(spark, tmp_path):
     layout = Layout.of(tmp_path)
-    path = ensure_table(spark, events_table(EventsSettings()), layout)
+    ensure_table(spark, events_table(EventsSettings()), layout)
 
     with pytest.raises(AbstreamError, match=r"^the events table at .* holds units as bigint, "
-                                            r"the configuration makes it double: keep its "
-                                            r"type, or give the property another name$"):
-        add_new_columns(spark, events_table(_with_properties(units="double")), path)
+                                            r"this version and configuration make it double: "
+                                            r"keep its type, or give the property another "
+                                            r"name$"):
+        ensure_table(spark, events_table(_with_properties(units="double")), layout)
+
+
+def test_silver_from_before_the_metric_catalog_gains_its_part_columns(spark, tmp_path,
+                                                                      caplog):
+    """A sessions table written before visits kept their metric parts: the parts column
+    and the entries' field are added, the rows written before read them as NULL, and
+    visits of this version append."""
+    layout = Layout.of(tmp_path)
+    entry = StructType([f for f in VISIT_ENTRY.fields if f.name != "exposed_parts"])
+    before = StructType([StructField(f.name, ArrayType(entry), f.nullable)
+                         if f.name == "experiments" else f
+                         for f in SESSIONS.fields if f.name != "metric_parts"])
+    path = str(SESSIONS_TABLE.path(layout))
+    DeltaTable.create(spark).location(path).addColumns(before) \
+        .partitionedBy(*SESSIONS_TABLE.partition_by).execute()
+    spark.range(1).select(*(_any_value(f) for f in before.fields)) \
+        .write.format("delta").mode("append").save(path)
+
+    with caplog.at_level(logging.INFO, logger="abstream.io.tables"):
+        assert ensure_table(spark, SESSIONS_TABLE, layout) == path
+
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the sessions table at {path} has new columns: experiments.element.exposed_parts, "
+        "metric_parts (the rows written before read them as NULL)"]
+    silver = spark.read.format("delta").load(path)
+    assert silver.schema["experiments"].dataType.simpleString() == \
+        ArrayType(VISIT_ENTRY).simpleString()
+    assert silver.select("metric_parts").collect() == [(None,)]
+    spark.range(1).select(*(_any_value(f) for f in SESSIONS.fields)) \
+        .write.format("delta").mode("append").save(path)
+    assert spark.read.format("delta").load(path).count() == 2

@@ -21,9 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import ReportSettings
-from abstream.report.build import METRICS, ExperimentReport, experiment_report
+from abstream.report.build import ExperimentReport, experiment_report
 from abstream.report.moments import VariantSeries, served_series
 from abstream.report.statistics import Comparison, adjusted_p_values
+from tests.helpers import CATALOG
+
+METRICS = CATALOG.definitions
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,14 @@ def _visits(spark: SparkSession, prefix: str, experiments: int, visitors: int,
                          F.lit(False).alias("qualified"),
                          F.lit(None).cast("timestamp").alias("exposed_at"),
                          F.lit(0).cast("long").alias("exposed_orders"),
-                         F.lit(0).cast("decimal(28,2)").alias("exposed_revenue")))
+                         F.lit(0).cast("decimal(28,2)").alias("exposed_revenue"),
+                         F.create_map().cast("map<string,double>").alias("exposed_parts")))
         .alias("experiments"),
-    )
+    ).withColumn("metric_parts", F.create_map(
+        F.lit("visits"), F.lit(1.0), F.lit("bounce_visits"), F.col("is_bounce").cast("double"),
+        F.lit("error_visits"), F.col("is_error_visit").cast("double"),
+        F.lit("count[order]"), F.col("orders").cast("double"),
+        F.lit("sum_revenue[order]"), F.col("revenue").cast("double")))
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ def _reports(series: dict[tuple[str, str, str], VariantSeries], times: list[date
     return [experiment_report(
         f"{prefix}{i}", "assigned", totals={},
         series={v: series[(f"{prefix}{i}", "assigned", v)] for v in VARIANTS},
-        times=times, settings=settings) for i in range(experiments)]
+        times=times, settings=settings, catalog=CATALOG) for i in range(experiments)]
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +98,7 @@ def simulated(spark) -> Simulated:
     visits = _visits(spark, "a", EXPERIMENTS, VISITORS).unionByName(
         _visits(spark, "p", PLANTED_EXPERIMENTS, PLANTED_VISITORS, PLANTED_LIFT)).cache()
     try:
-        times, series = served_series(visits, LOOKS)
+        times, series = served_series(visits, LOOKS, CATALOG)
     finally:
         visits.unpersist()
     assert len(times) >= 20, "at least 20 looks"

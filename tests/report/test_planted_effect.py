@@ -19,7 +19,7 @@ from abstream.report.build import experiment_report
 from abstream.report.moments import served_series
 from abstream.schemas import SESSIONS
 from tests import reference
-from tests.helpers import landing_records, write_lines
+from tests.helpers import CATALOG, landing_records, write_lines
 
 #: ~35,000 checkout_button visits per arm: a +10 % lift on a ~7.7 % conversion rate is then
 #: ~3.7 standard errors from zero (power ~96 % at 5 %).
@@ -29,7 +29,8 @@ EXPERIMENT = "checkout_button"
 VISIT_SCHEMA = (
     "visitor_id string, visit_start timestamp, orders long, revenue decimal(28,2), "
     "is_bounce boolean, is_error_visit boolean, final boolean, "
-    f"experiments {SESSIONS['experiments'].dataType.simpleString()}")
+    f"experiments {SESSIONS['experiments'].dataType.simpleString()}, "
+    "metric_parts map<string,double>")
 
 
 def _visit_lines(visits: list[dict]) -> list[str]:
@@ -39,6 +40,9 @@ def _visit_lines(visits: list[dict]) -> list[str]:
         "is_error_visit": v["error_visit"], "final": True,
         "experiments": [_entry(v, experiment, variant, qualified)
                         for (experiment, variant), qualified in v["entries"].items()],
+        "metric_parts": {"visits": 1, "bounce_visits": int(v["bounce"]),
+                         "error_visits": int(v["error_visit"]), "count[order]": v["orders"],
+                         "sum_revenue[order]": v["revenue_cents"] / 100},
     }) for v in visits]
 
 
@@ -46,10 +50,11 @@ def _entry(visit: dict, experiment: str, variant: str, qualified: bool) -> dict:
     exposed_at = visit["exposure"][experiment] if qualified else None
     orders = [e for e in visit["events"] if e["type"] == "order"
               and exposed_at is not None and e["ts"] >= exposed_at]
+    revenue = sum(round(e["revenue"] * 100) for e in orders) / 100
     return {"id": experiment, "variant": variant, "qualified": qualified,
             "exposed_at": exposed_at and exposed_at.isoformat(),
-            "exposed_orders": len(orders),
-            "exposed_revenue": sum(round(e["revenue"] * 100) for e in orders) / 100}
+            "exposed_orders": len(orders), "exposed_revenue": revenue,
+            "exposed_parts": {"count[order]": len(orders), "sum_revenue[order]": revenue}}
 
 
 def test_a_planted_conversion_lift_is_recovered(spark, tmp_path):
@@ -62,11 +67,12 @@ def test_a_planted_conversion_lift_is_recovered(spark, tmp_path):
               for record in map(json.loads, landing_records(landing))]
     visits = write_lines(tmp_path / "visits", "visits.jsonl",
                          _visit_lines(reference.visits(events)))
-    times, series = served_series(spark.read.schema(VISIT_SCHEMA).json(str(visits)), 4)
+    times, series = served_series(spark.read.schema(VISIT_SCHEMA).json(str(visits)), 4,
+                                  CATALOG)
     report = experiment_report(
         EXPERIMENT, "assigned", totals={},
         series={v: series[(EXPERIMENT, "assigned", v)] for v in ("control", "treatment")},
-        times=times, settings=ReportSettings())
+        times=times, settings=ReportSettings(), catalog=CATALOG)
 
     assert min(v.visitors for v in report.variants) > 15_000
     assert not report.srm_flagged

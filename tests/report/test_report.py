@@ -22,7 +22,7 @@ from abstream.config import Config, ReportSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
 from abstream.monitor.experiments import ExperimentCollector
-from abstream.report.build import METRICS, Report, build_report, experiment_report
+from abstream.report.build import Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
 from abstream.report.moments import EMPTY, Moments, VariantSeries
 from abstream.report.publish import publish
@@ -31,7 +31,7 @@ from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
 from tests import reference
-from tests.helpers import landing_records, make_config
+from tests.helpers import CATALOG, landing_records, make_config
 
 EXPERIMENT = "checkout_button"
 CONTRACT_VARIANT = {"variant", "visitors", "visits", "bounces", "orders", "revenue", "units",
@@ -257,7 +257,7 @@ def test_html_report_shows_the_plots_in_a_browser(served, tmp_path):
 
 def _served_values(registry: CollectorRegistry, report: Report) -> None:
     """Every published number of ``report`` is what the registry serves."""
-    better = {m.name: "higher" if m.higher_is_better else "lower" for m in METRICS}
+    better = {m.name: m.better for m in CATALOG.definitions}
     for e in report.experiments:
         key = {"experiment": e.experiment_id, "population": e.population}
         assert registry.get_sample_value("abstream_experiment_srm_p_value", key) == \
@@ -297,16 +297,14 @@ def test_published_results_are_what_the_exporter_serves(served):
 def test_points_before_a_variant_has_visits_have_no_comparison():
     """An experiment that starts after others has empty points at the start of the shared
     time grid; a variant may be configured but not have visits yet."""
-    visited = Moments(3, {"visits": 4.0, "orders": 1.0, "revenue": 20.0, "bounces": 1.0,
-                          "error_visits": 0.0, "visits*visits": 6.0, "orders*orders": 1.0,
-                          "revenue*revenue": 400.0, "bounces*bounces": 1.0,
-                          "orders*visits": 2.0, "bounces*visits": 1.0, "revenue*orders": 20.0})
+    visited = Moments(3, {f"conversion_rate#{k}": v for k, v in {
+        "n": 3.0, "x": 1.0, "y": 4.0, "xx": 1.0, "yy": 6.0, "xy": 2.0, "with_y": 3.0}.items()})
     series = {v: VariantSeries([EMPTY, visited], final=False) for v in ("control", "treatment")}
     times = [datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, tzinfo=UTC)]
     report = experiment_report(
         "late_start", "assigned", totals={}, series=series, times=times,
         settings=ReportSettings(min_units=2, allocation={
-            "late_start": {"control": 1, "treatment": 1, "unseen": 1}}))
+            "late_start": {"control": 1, "treatment": 1, "unseen": 1}}), catalog=CATALOG)
     over_time = report.comparisons_over_time[("treatment", "conversion_rate")]
     assert over_time[0] is None and over_time[1] is not None
     assert report.comparisons_over_time[("unseen", "conversion_rate")] == [None, None]

@@ -10,7 +10,7 @@ from abstream.stages.sessions import (
     visit_targets,
     with_visit_start,
 )
-from tests.helpers import bronze_frame, bronze_row
+from tests.helpers import CATALOG, bronze_frame, bronze_row
 
 T0 = datetime(2026, 1, 5, 10, 0)
 FIVE = Windowing(timedelta(minutes=5))
@@ -27,7 +27,7 @@ def _events(spark, rows):
                                type=kind, experiments=entries, revenue=revenue or None,
                                units=units, page_load_ms=load))
     started = with_visit_start(bronze_frame(spark, data), timedelta(minutes=35))
-    visits = assemble_visits(started)
+    visits = assemble_visits(started, CATALOG)
     return event_targets(started, visit_entries(visits)), visit_targets(visits)
 
 

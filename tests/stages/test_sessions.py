@@ -11,7 +11,7 @@ from abstream.stages.sessions import (
     with_lineage,
     with_visit_start,
 )
-from tests.helpers import bronze_frame, bronze_row
+from tests.helpers import CATALOG, bronze_frame, bronze_row
 
 T0 = datetime(2026, 1, 5, 10, 0)
 GAP = timedelta(minutes=35)
@@ -31,7 +31,7 @@ def _events(spark, rows):
 
 
 def _visits(spark, rows):
-    return sorted(assemble_visits(with_visit_start(_events(spark, rows), GAP)).collect(),
+    return sorted(assemble_visits(with_visit_start(_events(spark, rows), GAP), CATALOG).collect(),
                   key=lambda r: (r["session_id"], r["visit_start"]))
 
 
@@ -39,7 +39,7 @@ def _targets(spark, rows):
     """event_id -> sorted (experiment, variant, population) it counts for."""
     events = _events(spark, rows)
     started = with_visit_start(events, GAP)
-    targeted = event_targets(started, visit_entries(assemble_visits(started))).collect()
+    targeted = event_targets(started, visit_entries(assemble_visits(started, CATALOG))).collect()
     found = {r["event_id"]: [] for r in events.collect()}
     for r in targeted:
         found[r["event_id"]].append((r["experiment_id"], r["variant"], r["population"]))
@@ -102,10 +102,14 @@ def test_visit_totals_error_visits_and_merged_experiments(spark):
     assert visit["is_bounce"] is False
     assert [e.asDict() for e in visit["experiments"]] == [
         {"id": "a", "variant": "control", "qualified": True, "exposed_at": T0 +
-         timedelta(seconds=9), "exposed_orders": 2, "exposed_revenue": Decimal("15.00")},
+         timedelta(seconds=9), "exposed_orders": 2, "exposed_revenue": Decimal("15.00"),
+         "exposed_parts": {"count[order]": 2.0, "sum_revenue[order]": 15.0}},
         {"id": "b", "variant": "treatment", "qualified": False, "exposed_at": None,
-         "exposed_orders": 0, "exposed_revenue": Decimal("0.00")},
+         "exposed_orders": 0, "exposed_revenue": Decimal("0.00"),
+         "exposed_parts": {"count[order]": 0.0, "sum_revenue[order]": 0.0}},
     ]
+    assert visit["metric_parts"] == {"visits": 1.0, "bounce_visits": 0.0, "error_visits": 1.0,
+                                     "count[order]": 2.0, "sum_revenue[order]": 15.0}
 
 
 def test_every_event_of_a_visit_counts_for_what_the_visit_lists(spark):
@@ -155,7 +159,7 @@ def test_a_visit_counts_for_its_entries_and_the_qualified_population_it_was_expo
         ("s", timedelta(seconds=5), "pageview", None, None,
          [("a", "control", True), ("b", "x", None)]),
         ("t", timedelta(0), "pageview", None, None, []),
-    ]), GAP))
+    ]), GAP), CATALOG)
     targets = sorted((r["session_id"], r["experiment_id"], r["variant"], r["population"])
                      for r in visit_targets(visits).collect())
     assert targets == [("s", "a", "control", "assigned"), ("s", "a", "control", "qualified"),
@@ -164,7 +168,7 @@ def test_a_visit_counts_for_its_entries_and_the_qualified_population_it_was_expo
 
 def test_lineage_columns_make_a_silver_row(spark):
     visits = assemble_visits(with_visit_start(
-        _events(spark, [("s", timedelta(0), "pageview")]), GAP))
+        _events(spark, [("s", timedelta(0), "pageview")]), GAP), CATALOG)
     row = with_lineage(visits, "batch").first()
     assert row["layer"] == "batch"
     assert row["visit_date"] == T0.date()

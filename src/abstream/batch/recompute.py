@@ -71,11 +71,8 @@ def between(column: str, start: datetime, end: datetime) -> Column:
     return (F.col(column) >= micros(start)) & (F.col(column) < micros(end))
 
 
-#: The bronze columns sessions and metrics read (pruned before de-duplication).
-_COLUMNS = ("event_id", *sessions.SESSION_INPUT)
-
-
-def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
+def _read(bronze: DataFrame, start: datetime, end: datetime, columns: tuple[str, ...]
+          ) -> DataFrame:
     """Bronze events in [start, end), each event_id once: the stream drops repeats only
     within ``ingest.dedupe_window`` of each other; copies of one event share its time, so
     they fall in the same range. Only the ids are shuffled to find the repeats (few), not
@@ -83,7 +80,7 @@ def _read(bronze: DataFrame, start: datetime, end: datetime) -> DataFrame:
     # event_date is the partition column: naming it lets Delta skip whole partitions.
     return dedupe.drop_duplicate_events(bronze.where(
         (F.col("event_date") >= F.lit(start.date())) & (F.col("event_date") <= F.lit(end.date()))
-        & between("event_ts", start, end)).select(*_COLUMNS))
+        & between("event_ts", start, end)).select("event_id", *columns))
 
 
 def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
@@ -91,14 +88,18 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     """The batch layer's visits (starting in ``span``) and gold rows (windows starting in
     ``span``) from ``bronze``, whose events all lie in ``data``."""
     gap = config.sessionize.gap
+    catalog = config.metrics.catalog
+    # The bronze columns sessions and metrics read (pruned before de-duplication).
+    columns = sessions.session_input(sessions.catalog_properties(catalog, config.events))
     windowing = gold.Windowing.of(config.metrics)
     needed_end = span.end + windowing.length - windowing.step
     read = TimeRange(max(span.start - config.batch.lookahead, data.start),
                      min(needed_end + config.batch.lookahead, data.end))
     while True:
         # Sessionized once for the visits and the gold rows.
-        started = _on_disk(sessions.with_visit_start(_read(bronze, read.start, read.end), gap))
-        visits = sessions.assemble_visits(started).persist(StorageLevel.MEMORY_AND_DISK)
+        started = _on_disk(sessions.with_visit_start(
+            _read(bronze, read.start, read.end, columns), gap))
+        visits = sessions.assemble_visits(started, catalog).persist(StorageLevel.MEMORY_AND_DISK)
         # The visits with events in the windows: they must be whole.
         overlapping = (F.col("visit_start") < micros(needed_end)) \
             & (F.col("visit_end") >= micros(span.start))

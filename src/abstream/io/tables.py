@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, StructType
 
 from abstream import topology
 from abstream.config import EventsSettings
@@ -79,6 +79,7 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
     path = str(spec.path(layout))
     if DeltaTable.isDeltaTable(spark, path):
         _check_partitioning(spark, spec, path)
+        _add_new_columns(spark, spec, path)
         return path
     _clear_interrupted_creation(spark, spec, path)
     log.debug("creating Delta table %s at %s", spec.name, path)
@@ -180,27 +181,54 @@ def events_table(events: EventsSettings) -> TableSpec:
     return replace(EVENTS_TABLE, schema=bronze_schema(events))
 
 
-def add_new_columns(spark: SparkSession, spec: TableSpec, path: str) -> None:
-    """Give the table at ``path`` the columns of ``spec`` it lacks (a property added to the
-    input mapping: the rows written before read it as NULL); refuse a column whose type
-    changed, which Delta would refuse at every append. Columns ``spec`` no longer has stay,
-    NULL from now on."""
+def _new_fields(found: DataType, wanted: DataType, name: str) -> list[str] | None:
+    """The fields ``wanted`` has and ``found`` lacks, as ``ADD COLUMNS`` names them
+    (``experiments.element.exposed_parts map<string,double>``), or None where a type
+    changed."""
+    if found.simpleString() == wanted.simpleString():
+        return []
+    if isinstance(found, ArrayType) and isinstance(wanted, ArrayType):
+        return _new_fields(found.elementType, wanted.elementType, f"{name}.element")
+    if not (isinstance(found, StructType) and isinstance(wanted, StructType)):
+        return None
+    have = {f.name: f.dataType for f in found.fields}
+    added = []
+    for field in wanted.fields:
+        if field.name not in have:
+            added.append(f"{name}.`{field.name}` {field.dataType.simpleString()}")
+            continue
+        inner = _new_fields(have[field.name], field.dataType, f"{name}.`{field.name}`")
+        if inner is None:
+            return None
+        added += inner
+    return added
+
+
+def _add_new_columns(spark: SparkSession, spec: TableSpec, path: str) -> None:
+    """Give the table at ``path`` the columns (and fields of its structs) of ``spec`` it
+    lacks: a property added to the input mapping, a column a newer version writes; the rows
+    written before read them as NULL. Refuse a column whose type changed, which Delta
+    would refuse at every append. Columns ``spec`` no longer has stay, NULL from now on."""
     found = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
+    added = []
     for field in spec.schema:
-        if field.name in found and \
-                found[field.name].simpleString() != field.dataType.simpleString():
+        if field.name not in found:
+            added.append(f"`{field.name}` {field.dataType.simpleString()}")
+            continue
+        inner = _new_fields(found[field.name], field.dataType, f"`{field.name}`")
+        if inner is None:
             raise AbstreamError(
                 f"the {spec.name} table at {path} holds {field.name} as "
-                f"{found[field.name].simpleString()}, the configuration makes it "
-                f"{field.dataType.simpleString()}: keep its type, or give the property "
+                f"{found[field.name].simpleString()}, this version and configuration make "
+                f"it {field.dataType.simpleString()}: keep its type, or give the property "
                 "another name")
-    added = [f for f in spec.schema if f.name not in found]
+        added += inner
     if not added:
         return
-    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
-    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(added)})")
     log.info("the %s table at %s has new columns: %s (the rows written before read them as "
-             "NULL)", spec.name, path, ", ".join(f.name for f in added))
+             "NULL)", spec.name, path,
+             ", ".join(column.split(" ")[0].replace("`", "") for column in added))
 
 
 def read_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> DataFrame:

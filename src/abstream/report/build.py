@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from abstream.config import Config, MetricRole, ReportSettings
 from abstream.layout import Layout
+from abstream.metrics.definitions import Catalog, Definition
 from abstream.report.moments import EMPTY, Moments, VariantSeries, served_series
 from abstream.report.statistics import (
     Comparison,
@@ -38,32 +39,16 @@ log = logging.getLogger(__name__)
 CONTROL = "control"
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A compared metric: a ratio of two per-visitor sums (delta method) or a mean per
-    visitor (Welch), and which way is better."""
-
-    name: str
-    numerator: str
-    denominator: str | None = None
-    higher_is_better: bool = True
-
-    def compare(self, control: Moments, variant: Moments, inference: Inference
-                ) -> Comparison | None:
-        if self.denominator is None:
-            return welch(control.mean(self.numerator), variant.mean(self.numerator),
-                         inference)
-        return delta_ratio(control.ratio(self.numerator, self.denominator),
-                           variant.ratio(self.numerator, self.denominator), inference)
-
-
-METRICS = (
-    Metric("conversion_rate", "orders", "visits"),
-    Metric("revenue_per_visitor", "revenue"),
-    Metric("bounce_rate", "bounces", "visits", higher_is_better=False),
-    Metric("error_visit_rate", "error_visits", "visits", higher_is_better=False),
-    Metric("average_order_value", "revenue", "orders"),
-)
+def compare(definition: Definition, control: Moments, variant: Moments,
+            inference: Inference) -> Comparison | None:
+    """A variant against control on one definition: a ratio by the delta method, a mean or
+    a proportion by Welch's t."""
+    name = definition.name
+    if definition.min_units is not None:
+        inference = replace(inference, min_units=definition.min_units)
+    if definition.kind == "ratio":
+        return delta_ratio(control.ratio(name), variant.ratio(name), inference)
+    return welch(control.mean(name), variant.mean(name), inference)
 
 
 #: The serving view's counts a variant reports.
@@ -116,12 +101,16 @@ class MetricComparison:
     comparisons, below alpha."""
 
     variant: str
-    metric: str
+    definition: Definition
     role: MetricRole
     result: Comparison
     sequential: bool
     p_value_adjusted: float
     significant: bool
+
+    @property
+    def metric(self) -> str:
+        return self.definition.name
 
     @property
     def interval(self) -> Interval | None:
@@ -178,6 +167,7 @@ class Report:
     as_of: datetime | None
     settings: ReportSettings
     experiments: list[ExperimentReport]
+    catalog: Catalog
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
@@ -208,7 +198,7 @@ def _inference(settings: ReportSettings) -> Inference:
     return Inference(settings.confidence, settings.sequential_tuning, settings.min_units)
 
 
-def _judged(found: list[tuple[str, Metric, Comparison]], settings: ReportSettings
+def _judged(found: list[tuple[str, Definition, Comparison]], settings: ReportSettings
            ) -> list[MetricComparison]:
     """The comparisons of one experiment and population, each with its p-value adjusted
     over all of them and whether it is significant by the configured rule."""
@@ -216,9 +206,9 @@ def _judged(found: list[tuple[str, Metric, Comparison]], settings: ReportSetting
     raw = [r.sequential_p_value if sequential else r.p_value for _, _, r in found]
     adjusted = adjusted_p_values(raw, settings.correction)
     alpha = 1 - settings.confidence
-    return [MetricComparison(variant, metric.name, settings.metrics.get(metric.name, "secondary"),
+    return [MetricComparison(variant, d, settings.metrics.get(d.name, d.role),
                              result, sequential, p, p < alpha)
-            for (variant, metric, result), p in zip(found, adjusted, strict=True)]
+            for (variant, d, result), p in zip(found, adjusted, strict=True)]
 
 
 def experiment_report(
@@ -229,6 +219,7 @@ def experiment_report(
     series: dict[str, VariantSeries],
     times: list[datetime],
     settings: ReportSettings,
+    catalog: Catalog,
 ) -> ExperimentReport:
     """One experiment and population from its gold totals and visit moments."""
     names = _variant_order(totals.keys() | series.keys()
@@ -244,19 +235,19 @@ def experiment_report(
         return series[name].points if name in series else [EMPTY] * len(times)
 
     inference = _inference(settings)
-    found: list[tuple[str, Metric, Comparison]] = []
+    found: list[tuple[str, Definition, Comparison]] = []
     over_time: dict[tuple[str, str], list[Comparison | None]] = {}
     if CONTROL in names:
         for name in names:
             if name == CONTROL:
                 continue
-            for metric in METRICS:
-                results = [metric.compare(c, v, inference)
+            for definition in catalog.definitions:
+                results = [compare(definition, c, v, inference)
                            for c, v in zip(points(CONTROL), points(name), strict=True)]
-                over_time[(name, metric.name)] = results
+                over_time[(name, definition.name)] = results
                 # The last point is the totals: its comparison is the experiment's.
                 if results and results[-1] is not None:
-                    found.append((name, metric, results[-1]))
+                    found.append((name, definition, results[-1]))
     return ExperimentReport(
         experiment_id=experiment_id, population=population, final=final, weights=weights,
         srm_p_value=srm, srm_flagged=srm is not None and srm < settings.srm_threshold,
@@ -280,7 +271,8 @@ def build_report(spark: SparkSession, layout: Layout, config: Config) -> Report:
     # the other leaves idle while the driver plans and commits.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") as beside:
         served = beside.submit(served_totals)
-        times, series = served_series(serving_visits(spark, layout), settings.points)
+        times, series = served_series(serving_visits(spark, layout), settings.points,
+                                      config.metrics.catalog)
         as_of, totals = served.result()
     keys = {(t.experiment_id, t.population) for t in totals} | {k[:2] for k in series}
     experiments = []
@@ -290,5 +282,5 @@ def build_report(spark: SparkSession, layout: Layout, config: Config) -> Report:
             totals={t.variant: t for t in totals
                     if (t.experiment_id, t.population) == (experiment_id, population)},
             series={k[2]: s for k, s in series.items() if k[:2] == (experiment_id, population)},
-            times=times, settings=settings))
-    return Report(as_of, settings, experiments)
+            times=times, settings=settings, catalog=config.metrics.catalog))
+    return Report(as_of, settings, experiments, config.metrics.catalog)

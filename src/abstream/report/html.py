@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 from html import escape
 
-from abstream.report.build import CONTROL, METRICS, ExperimentReport, Report
+from abstream.metrics.definitions import Catalog
+from abstream.report.build import CONTROL, ExperimentReport, Report
 from abstream.report.text import (
     COMPARISON_HEADER,
     VARIANT_HEADER,
@@ -47,7 +48,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]],
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _figure(e: ExperimentReport) -> str:
+def _figure(e: ExperimentReport, catalog: Catalog) -> str:
     """Visitors per variant and each metric's lift (with its interval) over time."""
     from matplotlib import rc_context
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -55,8 +56,12 @@ def _figure(e: ExperimentReport) -> str:
 
     colors = {v.variant: COLORS[i % len(COLORS)] for i, v in enumerate(e.variants)}
     with rc_context({"svg.fonttype": "none", "font.size": 9}):
-        figure = Figure(figsize=(12, 6.4), layout="constrained")
-        axes = figure.subplots(2, 3, sharex=True).flatten()
+        names = [d.name for d in catalog.definitions]
+        rows = -(-(len(names) + 1) // 3)
+        figure = Figure(figsize=(12, 3.2 * rows), layout="constrained")
+        axes = figure.subplots(rows, 3, sharex=True, squeeze=False).flatten()
+        for unused in axes[len(names) + 1:]:
+            unused.set_visible(False)
         times = e.times
         locator = AutoDateLocator(maxticks=6)
         for ax in axes:
@@ -67,12 +72,12 @@ def _figure(e: ExperimentReport) -> str:
         for variant, counts in e.visitors_over_time.items():
             axes[0].plot(times, counts, color=colors[variant], label=variant, linewidth=2)
         axes[0].legend(loc="upper left", frameon=False)
-        for ax, metric in zip(axes[1:], METRICS, strict=True):
-            ax.set_title(f"{metric.name}: lift vs {CONTROL}")
+        for ax, metric in zip(axes[1:], names, strict=False):
+            ax.set_title(f"{metric}: lift vs {CONTROL}")
             ax.axhline(0, color="#444", linewidth=0.8)
             ax.yaxis.set_major_formatter(lambda y, _: f"{y:+.0%}")
             for (variant, name), results in e.comparisons_over_time.items():
-                if name != metric.name:
+                if name != metric:
                     continue
                 shown = [(t, r) for t, r in zip(times, results, strict=True)
                          if r is not None and r.lift is not None]
@@ -93,7 +98,7 @@ def _figure(e: ExperimentReport) -> str:
     return svg[svg.index("<svg"):]
 
 
-def _section(e: ExperimentReport) -> str:
+def _section(e: ExperimentReport, catalog: Catalog) -> str:
     title = f"{escape(e.experiment_id)} <small>/ {escape(e.population)}</small>"
     badge = f'<span class="badge {status(e)}">{status(e)}</span>'
     srm_css = "srm-bad" if e.srm_flagged else ""
@@ -104,7 +109,7 @@ def _section(e: ExperimentReport) -> str:
         parts.append(_table(COMPARISON_HEADER, [comparison_row(c) for c in e.comparisons],
                             [c.significant for c in e.comparisons]))
     if e.times:
-        parts.append(_figure(e))
+        parts.append(_figure(e, catalog))
     return "<section>" + "\n".join(parts) + "</section>"
 
 
@@ -115,7 +120,7 @@ def render_html(report: Report) -> str:
              f"by Welch's t-test). Shown: {rule(report)}. Bold rows are significant. Plots "
              "are cumulative: each point uses every visit started before it; the shaded band "
              "is the fixed-horizon interval, the dashed lines the confidence sequence.")
-    sections = [_section(e) for e in report.experiments] or \
+    sections = [_section(e, report.catalog) for e in report.experiments] or \
         ["<p>No experiment data yet: run the pipeline first.</p>"]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -1,10 +1,10 @@
-"""Per-visitor sufficient statistics of served visits, cumulative over time.
+"""Per-unit sufficient statistics of served visits, cumulative over time.
 
-A comparison's unit is the visitor: its visits, orders, revenue, bounces and error visits
-in an experiment's variant. A visitor's visits can fall in many gold windows, so these
-moments cannot be merged from gold rows; they are computed here from silver visits in one
-native Spark pass and collected small: one row per experiment x population x variant x
-time point.
+A comparison's unit is the visitor (or, for a definition with ``unit: visit``, the visit):
+its totals of the parts a definition reads (``stages.parts``) in an experiment's variant.
+A visitor's visits can fall in many gold windows, so these moments cannot be merged from
+gold rows; they are computed here from silver visits in one native Spark pass per unit and
+collected small: one row per experiment x population x variant x time point.
 
 For the lift-over-time series every point is cumulative (all visits started before the
 point's end). Per point only the visitors active in it change the sums of squares and
@@ -16,28 +16,23 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from abstream.metrics.definitions import Catalog, Definition, Unit
 from abstream.report.statistics import MeanMoments, RatioMoments
 from abstream.times import from_micros, micros_from
 
 log = logging.getLogger(__name__)
 
-#: Per-visitor values; ``visits`` is the denominator of the per-visit rates.
-VALUES = ("visits", "orders", "revenue", "bounces", "error_visits")
-#: The products whose sums the statistics need (x·y of each ratio, squares of all).
-PRODUCTS = (*((v, v) for v in VALUES), ("orders", "visits"), ("bounces", "visits"),
-            ("error_visits", "visits"), ("revenue", "orders"))
 KEY = ("experiment_id", "population", "variant")
-#: Per denominator that a visitor may not have (a ratio per order), the count of visitors
-#: that have it: the units that carry the ratio.
-HAVING = {"orders": "buyers"}
+
 
 #: Candidate time steps of the series, smallest first.
 _STEPS = tuple(timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720)) + tuple(
@@ -46,25 +41,27 @@ _STEPS = tuple(timedelta(minutes=m) for m in (1, 5, 15, 30, 60, 180, 360, 720)) 
 
 @dataclass(frozen=True)
 class Moments:
-    """Sums over the visitors of one variant: n, the values and the needed products."""
+    """Sums over the units of one variant: ``n`` visitors, and per definition its units
+    (``NAME#n``), the sums of its per-unit values (``NAME#x``, ``NAME#y``), of their
+    squares and product (``NAME#xx``, ``NAME#yy``, ``NAME#xy``) and, for a ratio, the
+    units with a denominator other than 0 (``NAME#with_y``)."""
 
     n: int
     sums: dict[str, float]
 
-    def total(self, name: str) -> float:
-        return self.sums.get(name, 0.0)
+    def _get(self, name: str, what: str) -> float:
+        return self.sums.get(f"{name}#{what}", 0.0)
 
-    def product(self, a: str, b: str) -> float:
-        return self.sums.get(_name(a, b), self.total(_name(b, a)))
+    def units(self, name: str) -> int:
+        return int(self._get(name, "n"))
 
     def mean(self, name: str) -> MeanMoments:
-        return MeanMoments(self.n, self.total(name), self.product(name, name))
+        return MeanMoments(self.units(name), self._get(name, "x"), self._get(name, "xx"))
 
-    def ratio(self, x: str, y: str) -> RatioMoments:
-        having = HAVING.get(y)
-        return RatioMoments(self.n, self.total(x), self.total(y), self.product(x, x),
-                            self.product(y, y), self.product(x, y),
-                            None if having is None else int(self.total(having)))
+    def ratio(self, name: str) -> RatioMoments:
+        return RatioMoments(self.units(name), self._get(name, "x"), self._get(name, "y"),
+                            self._get(name, "xx"), self._get(name, "yy"),
+                            self._get(name, "xy"), int(self._get(name, "with_y")))
 
     def plus(self, other: Moments) -> Moments:
         return Moments(self.n + other.n,
@@ -115,64 +112,126 @@ def visit_span(visits: DataFrame) -> tuple[datetime, datetime] | None:
     return from_micros(row["first"]), from_micros(row["last"])
 
 
-def _visitor_values(visits: DataFrame, grid: TimeGrid) -> DataFrame:
-    """One row per experiment x population x variant x visitor x point with visits."""
+def _unit(unit: Unit) -> Column:
+    if unit == "visitor":
+        return F.col("visitor_id")
+    return F.concat_ws("/", "session_id", F.col("visit_start").cast("string"))
+
+
+def _part_values(visits: DataFrame, grid: TimeGrid, catalog: Catalog, unit: Unit
+                 ) -> tuple[DataFrame, dict[str, str]]:
+    """One row per experiment x population x variant x unit x point with visits: the sums
+    of the parts the ``unit``'s definitions read (columns named as the returned map says),
+    and per definition the visits that have all of its parts (``NAME#covered``).
+
+    The qualified population counts the event parts from a visit's first exposure on (the
+    entry's ``exposed_parts``), the visit parts of the whole visit. A visit without a part
+    (computed before the part was defined) counts for no definition that reads it."""
+    definitions = [d for d in catalog.definitions if d.unit == unit]
+    keys = sorted({p for d in definitions for p in d.parts()})
+    column = {key: f"p{i}" for i, key in enumerate(keys)}
+    event_parts = catalog.event_parts().keys()
     entries = visits.select(
-        "visitor_id",
-        grid.point_of(F.col("visit_start")).alias("point"),
-        F.lit(1).cast("long").alias("visits"),
-        "orders",
-        F.col("revenue").cast("double").alias("revenue"),
-        F.col("is_bounce").cast("long").alias("bounces"),
-        F.col("is_error_visit").cast("long").alias("error_visits"),
-        F.col("final").cast("int").alias("final"),
-        F.explode("experiments").alias("entry"),
-    )
-    populations = F.array(F.lit("assigned"),
-                          F.when(F.col("entry.qualified"), F.lit("qualified")))
+        _unit(unit).alias("unit"), grid.point_of(F.col("visit_start")).alias("point"),
+        "metric_parts", F.col("final").cast("int").alias("final"),
+        F.explode("experiments").alias("entry"))
+    populations = F.array(F.lit("assigned"), F.when(F.col("entry.qualified"), F.lit("qualified")))
     qualified = F.col("population") == "qualified"
-    return (
-        entries.select("*", F.explode(populations).alias("population"))
-        .where(F.col("population").isNotNull())
-        # The qualified population counts the orders from the visit's first exposure on.
-        .withColumn("orders", F.when(qualified, F.col("entry.exposed_orders"))
-                    .otherwise(F.col("orders")))
-        .withColumn("revenue", F.when(qualified, F.col("entry.exposed_revenue").cast("double"))
-                    .otherwise(F.col("revenue")))
-        .groupBy(F.col("entry.id").alias("experiment_id"), "population",
-                 F.col("entry.variant").alias("variant"), "visitor_id", "point")
-        .agg(*(F.sum(v).alias(v) for v in VALUES), F.min("final").alias("final"))
-    )
+
+    def part(key: str) -> Column:
+        whole = F.col("metric_parts")[key]
+        if key not in event_parts:
+            return whole
+        return F.when(qualified, F.col("entry.exposed_parts")[key]).otherwise(whole)
+
+    rows = entries.select("*", F.explode(populations).alias("population")) \
+        .where(F.col("population").isNotNull()) \
+        .select("entry", "population", "unit", "point", "final",
+                *(part(key).alias(column[key]) for key in keys))
+    covered = {d.name: reduce(Column.__and__, [F.col(column[p]).isNotNull() for p in d.parts()])
+               for d in definitions}
+    values = rows.groupBy(F.col("entry.id").alias("experiment_id"), "population",
+                          F.col("entry.variant").alias("variant"), "unit", "point").agg(
+        *(F.sum(column[key]).alias(column[key]) for key in keys),
+        *(F.count_if(c).cast("double").alias(f"{name}#covered") for name, c in covered.items()),
+        F.min("final").alias("final"))
+    return values, column
 
 
-def _name(a: str, b: str) -> str:
-    return f"{a}*{b}"
+def _percentile_caps(values: DataFrame, catalog: Catalog, unit: Unit,
+                     column: dict[str, str]) -> DataFrame | None:
+    """Per experiment and population, each percentile cap of the ``unit``'s definitions:
+    that percentile of the units' totals (all variants together)."""
+    capped = [d for d in catalog.definitions
+              if d.unit == unit and d.cap is not None and d.cap.percentile is not None]
+    if not capped:
+        return None
+    totals = values.groupBy("experiment_id", "population", "variant", "unit").agg(
+        *(F.sum(column[d.parts()[0]]).alias(d.name) for d in capped))
+    return totals.groupBy("experiment_id", "population").agg(
+        *(F.percentile(d.name, d.cap.percentile).alias(f"{d.name}#cap")  # type: ignore[union-attr]
+          for d in capped))
 
 
-def moment_increments(visits: DataFrame, grid: TimeGrid) -> DataFrame:
-    """Per experiment x population x variant x point: how n, the sums and the sums of
-    products grow at that point (add them up over points for cumulative moments)."""
-    per_visitor = Window.partitionBy(*KEY, "visitor_id").orderBy("point")
-    values = _visitor_values(visits, grid)
+def _increments(d: Definition, column: dict[str, str]) -> list[Column]:
+    """What the definition's sums grow by at a unit's point: from its per-unit values
+    before the point (``was``) to those after it (``now``)."""
+    def total(part: str, now: bool) -> Column:
+        total = F.col(f"cum_{column[part]}")
+        return total if now else total - F.col(column[part])
+
+    def covered(now: bool) -> Column:
+        total = F.col(f"cum_{d.name}#covered")
+        return (total if now else total - F.col(f"{d.name}#covered")) > 0
+
+    def capped(value: Column) -> Column:
+        if d.cap is None:
+            return value
+        cap = F.lit(d.cap.absolute) if d.cap.absolute is not None else F.col(f"{d.name}#cap")
+        return F.least(value, cap)
+
+    def x(now: bool) -> Column:
+        value = total(d.parts()[0], now)
+        value = (value > 0).cast("double") if d.kind == "proportion" else capped(value)
+        return F.when(covered(now), value).otherwise(F.lit(0.0))
+
+    def y(now: bool) -> Column:
+        return F.when(covered(now), total(d.parts()[1], now)).otherwise(F.lit(0.0))
+
+    def grown(value: Callable[[bool], Column]) -> Column:
+        return value(True) - value(False)
+
+    def n(now: bool) -> Column:
+        return covered(now).cast("double")
+
+    sums = {"n": grown(n), "x": grown(x), "xx": grown(lambda now: x(now) * x(now))}
+    if d.kind == "ratio":
+        sums |= {"y": grown(y), "yy": grown(lambda now: y(now) * y(now)),
+                 "xy": grown(lambda now: x(now) * y(now)),
+                 "with_y": grown(lambda now: (y(now) != 0).cast("double"))}
+    return [F.sum(value).alias(f"{d.name}#{what}") for what, value in sums.items()]
+
+
+def moment_increments(visits: DataFrame, grid: TimeGrid, catalog: Catalog,
+                      unit: Unit = "visitor") -> DataFrame:
+    """Per experiment x population x variant x point: how the visitors (``n``, with the
+    visitor as the unit, else 0) and the ``unit``'s definitions' sums grow at that point
+    (add them up over points for cumulative moments)."""
+    values, column = _part_values(visits, grid, catalog, unit)
+    caps = _percentile_caps(values, catalog, unit, column)
+    if caps is not None:
+        values = values.join(F.broadcast(caps), ["experiment_id", "population"])
+    per_unit = Window.partitionBy(*KEY, "unit").orderBy("point")
+    counted = [c for c in values.columns if c.endswith("#covered")]
     cumulative = values.select(
-        *KEY, "point", "final",
-        (F.row_number().over(per_visitor) == 1).cast("long").alias("n"),
-        *(F.col(v).alias(f"d_{v}") for v in VALUES),
-        *(F.sum(v).over(per_visitor).alias(v) for v in VALUES),
-    )
-
-    def grown(a: str, b: str) -> Column:
-        before_a, before_b = F.col(a) - F.col(f"d_{a}"), F.col(b) - F.col(f"d_{b}")
-        return F.col(a) * F.col(b) - before_a * before_b
-
-    def became_nonzero(v: str) -> Column:
-        return ((F.col(v) != 0) & (F.col(v) == F.col(f"d_{v}"))).cast("long")
-
+        "*", *(F.sum(c).over(per_unit).alias(f"cum_{c}")
+               for c in (*column.values(), *counted)),
+        (F.row_number().over(per_unit) == 1).cast("long").alias("first"))
+    first = F.col("first") if unit == "visitor" else F.lit(0)
+    definitions = [d for d in catalog.definitions if d.unit == unit]
     return cumulative.groupBy(*KEY, "point").agg(
-        F.sum("n").alias("n"),
-        *(F.sum(f"d_{v}").cast("double").alias(v) for v in VALUES),
-        *(F.sum(became_nonzero(v)).cast("double").alias(name) for v, name in HAVING.items()),
-        *(F.sum(grown(a, b)).cast("double").alias(_name(a, b)) for a, b in PRODUCTS),
+        F.sum(first).alias("n"),
+        *(s for d in definitions for s in _increments(d, column)),
         F.min("final").alias("final"),
     )
 
@@ -193,32 +252,38 @@ class VariantSeries:
 def cumulative_series(increments: Iterable[Mapping[str, Any]], grid: TimeGrid
                       ) -> dict[tuple[str, str, str], VariantSeries]:
     """Add up collected increments into cumulative moments per point."""
-    grouped: dict[tuple[str, str, str], dict[int, Mapping[str, Any]]] = {}
+    grouped: dict[tuple[str, str, str], dict[int, Moments]] = {}
+    final: dict[tuple[str, str, str], bool] = {}
     for row in increments:
         key = (row["experiment_id"], row["population"], row["variant"])
-        grouped.setdefault(key, {})[row["point"]] = row
-    names = [*VALUES, *HAVING.values(), *(_name(a, b) for a, b in PRODUCTS)]
+        sums = {k: v for k, v in row.items() if "#" in k}
+        at = grouped.setdefault(key, {})
+        at[row["point"]] = at.get(row["point"], EMPTY).plus(Moments(row["n"], sums))
+        final[key] = final.get(key, True) and bool(row["final"])
     series = {}
     for key, rows in grouped.items():
         running, points = EMPTY, []
         for point in range(grid.count):
-            row = rows.get(point)
-            if row is not None:
-                running = running.plus(Moments(row["n"], {n: row[n] for n in names}))
+            if point in rows:
+                running = running.plus(rows[point])
             points.append(running)
-        series[key] = VariantSeries(points, all(r["final"] for r in rows.values()))
+        series[key] = VariantSeries(points, final[key])
     return series
 
 
-def served_series(visits: DataFrame, max_points: int
+def served_series(visits: DataFrame, max_points: int, catalog: Catalog
                   ) -> tuple[list[datetime], dict[tuple[str, str, str], VariantSeries]]:
     """The series' point ends and, per experiment x population x variant, the cumulative
-    moments of ``visits`` on a grid of at most ``max_points``; empty without visits."""
+    moments of ``visits`` for the ``catalog`` on a grid of at most ``max_points``; empty
+    without visits."""
     span = visit_span(visits)
     if span is None:
         return [], {}
     grid = TimeGrid.spanning(*span, max_points)
-    log.info("per-visitor moments over %d points of %s", grid.count, grid.step)
-    rows = moment_increments(visits, grid).collect()
-    return ([grid.end(k) for k in range(grid.count)],
-            cumulative_series((r.asDict() for r in rows), grid))
+    log.info("per-unit moments over %d points of %s", grid.count, grid.step)
+    units: list[Unit] = ["visitor"]
+    if any(d.unit == "visit" for d in catalog.definitions):
+        units.append("visit")
+    rows = [r.asDict() for unit in units
+            for r in moment_increments(visits, grid, catalog, unit).collect()]
+    return [grid.end(k) for k in range(grid.count)], cumulative_series(rows, grid)

@@ -19,13 +19,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from abstream.io.tables import RESULTS_TABLE, ensure_table
 from abstream.layout import Layout
-from abstream.report.build import METRICS, Report
+from abstream.report.build import Report
 from abstream.schemas import EXPERIMENT_RESULTS
 
 log = logging.getLogger(__name__)
-
-_BETTER = {metric.name: metric.higher_is_better for metric in METRICS}
-
 
 def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
     """The rows of ``experiment_results`` for ``report``."""
@@ -42,7 +39,7 @@ def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
             interval = c.result.sequential_lift
             rows.append({**key, "kind": "comparison", "variant": c.variant,
                          "metric": c.metric, "role": c.role,
-                         "higher_is_better": _BETTER[c.metric], "lift": c.result.lift,
+                         "higher_is_better": c.definition.higher_is_better, "lift": c.result.lift,
                          "lift_ci_low": interval.low if interval else None,
                          "lift_ci_high": interval.high if interval else None,
                          "p_value_adjusted": c.p_value_adjusted})

@@ -5,14 +5,12 @@ from __future__ import annotations
 from abstream.rendering import render_table
 from abstream.report.build import ExperimentReport, MetricComparison, Report, VariantReport
 
-#: Metrics shown as percentages; the others are money.
-RATES = frozenset({"conversion_rate", "bounce_rate", "error_visit_rate"})
 
-
-def value(metric: str, number: float | None) -> str:
+def value(rate: bool, number: float | None) -> str:
+    """A metric's value: a percentage for a rate, else a number with two decimals."""
     if number is None:
         return "-"
-    return f"{number:.2%}" if metric in RATES else f"{number:,.2f}"
+    return f"{number:.2%}" if rate else f"{number:,.2f}"
 
 
 def percent(number: float | None, signed: bool = True) -> str:
@@ -34,9 +32,9 @@ def interval(c: MetricComparison) -> str:
     return f"[{percent(shown.low)}, {percent(shown.high)}]"
 
 
-def absolute(metric: str, number: float) -> str:
-    """An absolute difference: percentage points for rates, money otherwise."""
-    return f"{number * 100:.2f} pp" if metric in RATES else f"{number:,.2f}"
+def absolute(rate: bool, number: float) -> str:
+    """An absolute difference: percentage points for rates, a number otherwise."""
+    return f"{number * 100:.2f} pp" if rate else f"{number:,.2f}"
 
 
 def status(e: ExperimentReport) -> str:
@@ -54,10 +52,9 @@ def srm_line(e: ExperimentReport) -> str:
 def variant_row(v: VariantReport) -> tuple[str, ...]:
     d = v.to_dict()
     return (v.variant, f"{d['visitors']:,}", f"{d['visits']:,}", percent(d["bounce_rate"], False),
-            f"{d['orders']:,}", f"{d['units']:,}", value("conversion_rate", d["conversion_rate"]),
-            f"{d['revenue']:,.2f}", value("revenue_per_visitor", d["revenue_per_visitor"]),
-            value("average_order_value", d["average_order_value"]),
-            value("error_visit_rate", d["error_visit_rate"]),
+            f"{d['orders']:,}", f"{d['units']:,}", value(True, d["conversion_rate"]),
+            f"{d['revenue']:,.2f}", value(False, d["revenue_per_visitor"]),
+            value(False, d["average_order_value"]), value(True, d["error_visit_rate"]),
             "-" if d["page_load_mean_ms"] is None else f"{d['page_load_mean_ms']:,.0f}",
             f"{d['visitors_1h']:,}", f"{d['visitors_24h']:,}")
 
@@ -72,9 +69,10 @@ COMPARISON_HEADER = ("variant", "metric", "role", "control", "variant", "lift", 
 def comparison_row(c: MetricComparison) -> tuple[str, ...]:
     r = c.result
     raw = r.sequential_p_value if c.sequential else r.p_value
-    return (c.variant, c.metric, c.role, value(c.metric, r.control_value),
-            value(c.metric, r.variant_value), percent(r.lift), interval(c), p_value(raw),
-            p_value(c.p_value_adjusted), absolute(c.metric, c.mde),
+    rate = c.definition.is_rate
+    return (c.variant, c.metric, c.role, value(rate, r.control_value),
+            value(rate, r.variant_value), percent(r.lift), interval(c), p_value(raw),
+            p_value(c.p_value_adjusted), absolute(rate, c.mde),
             "yes" if c.significant else "")
 
 

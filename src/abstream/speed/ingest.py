@@ -11,7 +11,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io import sinks
 from abstream.io.sources import landing_lines
-from abstream.io.tables import REJECTED_TABLE, add_new_columns, ensure_table, events_table
+from abstream.io.tables import REJECTED_TABLE, ensure_table, events_table
 from abstream.observed import DUPLICATES
 from abstream.speed.component import BatchWrite, Component, Context, stream_writer
 from abstream.stages import beacons, dedupe
@@ -28,7 +28,6 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
     timed = partial(ctx.stats.timed, component)
     bronze = events_table(ctx.config.events)
     events_path = ensure_table(ctx.spark, bronze, ctx.layout)
-    add_new_columns(ctx.spark, bronze, events_path)
     append_events = timed("bronze append", sinks.AppendOnce(events_path, bronze.partition_by))
     append_rejected = timed("quarantine append", sinks.AppendOnce(
         ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout), REJECTED_TABLE.partition_by))

@@ -63,7 +63,7 @@ from abstream.io.tables import (
     events_table,
 )
 from abstream.observed import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
-from abstream.schemas import OPEN_VISITS, SESSION_STATE
+from abstream.schemas import OPEN_VISITS, session_state
 from abstream.speed.component import Component, Context, stream_writer
 from abstream.speed.watermarks import (
     held_source_watermark,
@@ -148,13 +148,14 @@ def _carried(visits: DataFrame) -> DataFrame:
         for field in OPEN_VISITS.fields))
 
 
-def _generations(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
+def _generations(state: StateSnapshots, batches: tuple[int, ...], columns: tuple[str, ...]
+                 ) -> DataFrame:
     """The events the snapshots of ``batches`` hold, each with the start of the visit it was
     counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
     (not late) and those they copied, including the events of visits closed or sessionized
     again since (join them to the visits)."""
     events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
-    return events.select(*sessions.SESSION_INPUT, "visit_start",
+    return events.select(*columns, "visit_start",
                          F.col("visit_start").alias("counted_in"), "late",
                          F.col(SNAPSHOT).alias("generation"))
 
@@ -185,11 +186,11 @@ def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
     return tuple(sorted(row["generation"] for row in rows))
 
 
-def _arrived(batch: DataFrame, watermark: int | None) -> DataFrame:
-    """The micro-batch's events as sessionized (``SESSION_INPUT``, not yet counted), each
+def _arrived(batch: DataFrame, watermark: int | None, columns: tuple[str, ...]) -> DataFrame:
+    """The micro-batch's events as sessionized (``columns``, not yet counted), each
     ``late`` when behind ``watermark`` (epoch microseconds)."""
     late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
-    return batch.select(*sessions.SESSION_INPUT, _micros(None).alias("counted_in"),
+    return batch.select(*columns, _micros(None).alias("counted_in"),
                         late.alias("late"))
 
 
@@ -247,7 +248,7 @@ def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -
 
 def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
                 carried: DataFrame, still_open: Column, *, held_in: tuple[int, ...],
-                limit: int) -> dict[str, Any]:
+                limit: int, columns: tuple[str, ...]) -> dict[str, Any]:
     """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
     ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
     all close (``closing``), the generations of the carried ones that close
@@ -264,7 +265,7 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
     generation = F.col("generation")
     if moved:
         moving = carried.where(still_open & generation.isin(*moved))
-        state.write(batch_id, CARRIED, _events_of(_generations(state, moved), moving))
+        state.write(batch_id, CARRIED, _events_of(_generations(state, moved, columns), moving))
         sessionized = sessionized.unionByName(
             _whole(state, moving, moved).withColumn("generation", F.lit(batch_id)))
         carried = carried.where(~(still_open & generation.isin(*moved)))
@@ -300,8 +301,10 @@ def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.sessionize
     spark = ctx.spark
     gap, lateness = settings.gap, settings.lateness
-    gap_micros = gap // timedelta(microseconds=1)
     windowing = gold.Windowing.of(ctx.config.metrics)
+    state_schema = session_state(
+        sessions.catalog_properties(ctx.config.metrics.catalog, ctx.config.events))
+    columns = tuple(state_schema.fieldNames()[:-3])
     events_path = ensure_source_table(spark, events_table(ctx.config.events), ctx.layout, NAME)
     timed = partial(ctx.stats.timed, NAME)
     append_visits = timed("silver append", sinks.AppendOnce(
@@ -313,16 +316,13 @@ def build(ctx: Context) -> DataStreamWriter:
     checkpoint = ctx.layout.checkpoint(NAME)
     commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
     state = StateSnapshots(spark, checkpoint + "/state",
-                           {EVENTS: SESSION_STATE, OPEN: OPEN_VISITS,
-                            CARRIED: SESSION_STATE})
-    stream = gold.observe_freshness(sessions.with_measured_properties(
-        delta_stream(spark, events_path, settings.max_files_per_trigger)))
+                           {EVENTS: state_schema, OPEN: OPEN_VISITS, CARRIED: state_schema})
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         previous = state.before(batch_id)
         watermark = _watermark_before(previous, lateness)
         end = commits_read.after(batch_id)
-        new = _arrived(batch, watermark)
+        new = _arrived(batch, watermark, columns)
         held_visits, generations = _held(state, previous)
         new, touched = _touched(new, held_visits, previous)
         # Read three times (its snapshots, their events, its whole rows): cached, it scans
@@ -333,7 +333,8 @@ def build(ctx: Context) -> DataStreamWriter:
             # Only the snapshots that hold the touched visits are read: no open visit, none.
             touched_in = _snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
-                _generations(state, touched_in).join(touched, "session_id", "left_semi"),
+                _generations(state, touched_in, columns)
+                .join(touched, "session_id", "left_semi"),
                 touched_visits).drop("visit_start")
             untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
@@ -345,16 +346,17 @@ def build(ctx: Context) -> DataStreamWriter:
             # Everything below reads the snapshot just written: the micro-batch is sessionized
             # once.
             sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
-            visits = sessions.assemble_visits(sessionized).persist(StorageLevel.MEMORY_AND_DISK)
+            visits = sessions.assemble_visits(sessionized, ctx.config.metrics.catalog) \
+                .persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
                     inside=end.inside)
-                still_open = _open_at(closing_at, gap_micros)
+                still_open = _open_at(closing_at, gap // timedelta(microseconds=1))
                 kept = leave_open(
                     state, batch_id, visits.withColumn("generation", F.lit(batch_id))
                     .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
-                    held_in=generations, limit=settings.state_generations)
+                    held_in=generations, limit=settings.state_generations, columns=columns)
                 closed = visits.where(~still_open).unionByName(_whole(
                     state, untouched_visits.where(~still_open), tuple(kept["closing_in"]))
                     .drop("generation"))
@@ -376,7 +378,8 @@ def build(ctx: Context) -> DataStreamWriter:
                        WHOLE_IN_GENERATION, watermark=closing_at, read_until=read_until)
         return _report(kept, seen.get["late"], closing_at)
 
-    return stream_writer(ctx, NAME, stream, write)
+    return stream_writer(ctx, NAME, gold.observe_freshness(sessions.with_measured_properties(
+        delta_stream(spark, events_path, settings.max_files_per_trigger))), write)
 
 
 COMPONENT = Component(

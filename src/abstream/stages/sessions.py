@@ -25,7 +25,17 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType
 
-from abstream.schemas import MONEY, MONEY_TOTAL, POPULATIONS, SESSIONS, VISIT_ENTRY
+from abstream.config import EventsSettings
+from abstream.metrics.definitions import Catalog
+from abstream.schemas import (
+    MONEY,
+    MONEY_TOTAL,
+    POPULATIONS,
+    PROPERTY_TYPES,
+    SESSIONS,
+    VISIT_ENTRY,
+)
+from abstream.stages import parts
 
 ASSIGNED, QUALIFIED = POPULATIONS
 
@@ -41,6 +51,17 @@ TARGET = ("experiment_id", "variant", "population")
 #: no such property.
 MEASURED: dict[str, DataType] = {"revenue": MONEY, "units": LongType(),
                                  "page_load_ms": LongType()}
+
+
+def catalog_properties(catalog: Catalog, events: EventsSettings) -> dict[str, DataType]:
+    """The properties the metric catalog reads besides ``MEASURED``, with their types."""
+    return {name: PROPERTY_TYPES[events.properties[name].type]
+            for name in sorted(parts.properties(catalog) - MEASURED.keys())}
+
+
+def session_input(properties: dict[str, DataType]) -> tuple[str, ...]:
+    """``SESSION_INPUT`` with the further ``properties`` the metric catalog reads."""
+    return (*SESSION_INPUT[:-1], *properties, SESSION_INPUT[-1])
 
 
 def with_measured_properties(events: DataFrame) -> DataFrame:
@@ -69,10 +90,10 @@ def with_visit_start(events: DataFrame, gap: timedelta, apart: tuple[str, ...] =
     return events.withColumn("visit_start", F.max(starts).over(by_time))
 
 
-def _entries(started: DataFrame) -> DataFrame:
+def _entries(started: DataFrame, catalog: Catalog) -> DataFrame:
     """One row per visit and (experiment, variant) its events list: whether the visit was
     exposed to it, the first exposure to the experiment (any variant) when it was, and the
-    orders from then on."""
+    orders and the catalog's event parts from then on."""
     listed = started.select(*VISIT, F.col("event_ts").alias("ts"),
                             F.explode("experiments").alias("e"))
     # ``qualified`` absent from a beacon (NULL) means false.
@@ -84,17 +105,21 @@ def _entries(started: DataFrame) -> DataFrame:
         *VISIT, "id", "variant", qualified.alias("qualified"),
         F.when(qualified, F.min("variant_exposed_at").over(
             Window.partitionBy(*VISIT, "id"))).alias("exposed_at"))
-    orders = started.where(F.col("type") == "order") \
-        .select(*VISIT, F.col("event_ts").alias("order_ts"), "revenue")
-    after = F.col("order_ts") >= F.col("exposed_at")
-    return exposed.join(orders, list(VISIT), "left").groupBy(
+    order = F.col("type") == "order"
+    read = sorted(parts.properties(catalog) - {"revenue"})
+    counted = started.where(order | parts.any_event_part(catalog)) \
+        .select(*VISIT, "type", "event_ts", "revenue", *read)
+    after = F.col("event_ts") >= F.col("exposed_at")
+    order_after = F.coalesce(after & order, F.lit(False))
+    return exposed.join(counted, list(VISIT), "left").groupBy(
         *VISIT, "id", "variant", "qualified", "exposed_at").agg(
-        F.count_if(after).cast("long").alias("exposed_orders"),
-        F.coalesce(F.sum(F.when(after, F.col("revenue"))), F.lit(0)).cast(MONEY_TOTAL)
-        .alias("exposed_revenue"))
+        F.count_if(order_after).cast("long").alias("exposed_orders"),
+        F.coalesce(F.sum(F.when(order_after, F.col("revenue"))), F.lit(0)).cast(MONEY_TOTAL)
+        .alias("exposed_revenue"),
+        parts.event_parts(catalog, after).alias("exposed_parts"))
 
 
-def visit_counters() -> list[Column]:
+def visit_counters(catalog: Catalog) -> list[Column]:
     """A visit's end, visitor and counts, as aggregates over its events."""
     return [
         F.max("event_ts").alias("visit_end"),
@@ -106,19 +131,22 @@ def visit_counters() -> list[Column]:
         F.sum("revenue").alias("revenue"),
         F.sum("units").alias("units"),
         _count("error").alias("errors"),
+        parts.event_parts(catalog).alias("event_parts"),
     ]
 
 
-def assemble_visits(started: DataFrame) -> DataFrame:
+def assemble_visits(started: DataFrame, catalog: Catalog) -> DataFrame:
     """One row per visit of events that have their ``visit_start``: silver's columns
-    without the lineage; ``experiments`` sorted by experiment and variant."""
+    without the lineage; ``experiments`` sorted by experiment and variant, ``metric_parts``
+    the ``catalog``'s parts."""
     entry = F.struct(*(F.col(name) for name in VISIT_ENTRY.fieldNames()))
-    experiments = _entries(started).groupBy(*VISIT).agg(
-        F.sort_array(F.collect_list(entry)).alias("experiments"))
+    # Sorted by their keys only: a map cannot be compared.
+    experiments = _entries(started, catalog).groupBy(*VISIT).agg(
+        F.array_sort(F.collect_list(entry), _by_key).alias("experiments"))
     none = F.array().cast(f"array<{VISIT_ENTRY.simpleString()}>")
-    visits = started.groupBy(*VISIT).agg(*visit_counters()) \
+    visits = started.groupBy(*VISIT).agg(*visit_counters(catalog)) \
         .join(experiments, list(VISIT), "left")
-    return visits.select(
+    counted = visits.select(
         "session_id",
         "visit_start",
         "visit_end",
@@ -136,7 +164,20 @@ def assemble_visits(started: DataFrame) -> DataFrame:
         .alias("is_bounce"),
         (F.col("errors") > 0).alias("is_error_visit"),
         F.coalesce(F.col("experiments"), none).alias("experiments"),
+        "event_parts",
     )
+    return counted.withColumn(
+        "metric_parts", F.map_concat(parts.visit_parts(catalog), F.col("event_parts"))) \
+        .drop("event_parts")
+
+
+def _by_key(a: Column, b: Column) -> Column:
+    """Entries in the order of their experiment and variant."""
+    def order(x: Column, y: Column) -> Column:
+        return F.when(x < y, -1).when(x > y, 1).otherwise(0)
+
+    by_id = order(a["id"], b["id"])
+    return F.when(by_id != 0, by_id).otherwise(order(a["variant"], b["variant"]))
 
 
 def visit_entries(visits: DataFrame) -> DataFrame:
