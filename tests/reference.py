@@ -197,3 +197,97 @@ def per_visitor(visit_list: list[dict]) -> dict[tuple[str, str, str], dict[str, 
                                         visit["bounce"], visit["error_visit"])):
                 values[i] += amount
     return result
+
+
+def _holds(value: object, condition: dict) -> bool:
+    """docs/metrics.md's property conditions."""
+    if "exists" in condition and (value is not None) != condition["exists"]:
+        return False
+    comparisons = {k: v for k, v in condition.items() if k != "exists"}
+    if comparisons and value is None:
+        return False
+    checks = {"equals": lambda b: value == b, "in": lambda b: value in b,
+              "lt": lambda b: value < b, "le": lambda b: value <= b,
+              "gt": lambda b: value > b, "ge": lambda b: value >= b}
+    return all(checks[k](bound) for k, bound in comparisons.items())
+
+
+def matches(event: dict, events: dict) -> bool:
+    """Whether ``event`` meets a definition's ``events`` filter (``{type, where}``)."""
+    types = events.get("type")
+    if types is not None and event["type"] not in types:
+        return False
+    return all(_holds(event.get(name), c) for name, c in (events.get("where") or {}).items())
+
+
+def measure(visit: dict, spec: dict, since: datetime | None) -> float:
+    """A visit's value of a measure (``{events, value}`` or ``{visits}``), counting its
+    events from ``since`` on (all when None)."""
+    if spec.get("visits") is not None:
+        return float({"all": True, "bounce": visit["bounce"],
+                      "error": visit["error_visit"]}[spec["visits"]])
+    total = 0.0
+    for event in visit["events"]:
+        if (since is None or event["ts"] >= since) and matches(event, spec["events"]):
+            total += 1.0 if spec.get("value") is None else float(event[spec["value"]])
+    return total
+
+
+def _percentile(values: list[float], p: float) -> float:
+    """The p-th percentile with linear interpolation between the closest ranks."""
+    ordered = sorted(values)
+    position = p * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def unit_sums(visit_list: list[dict], definition: dict
+              ) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Per (experiment, variant, population): a definition's sums over its units (``n``,
+    ``x``, ``xx`` and, for a ratio, ``y``, ``yy``, ``xy``, ``with_y``), from its plain
+    description (``Definition.model_dump``): the qualified population counts events from
+    the visit's first exposure on, visit facts of the whole visit."""
+    kind = definition["kind"]
+    sides = [definition["numerator"], definition["denominator"]] if kind == "ratio" else \
+        [{"events": definition.get("events"), "value": definition.get("value"),
+          "visits": definition.get("visits")}]
+    units: dict[tuple[str, str, str], dict[object, list[float]]] = {}
+    for visit in visit_list:
+        unit = visit["visitor"] if definition.get("unit", "visitor") == "visitor" else \
+            (visit["events"][0]["session_id"], visit["start"])
+        for experiment, variant, population in visit_targets(visit):
+            since = visit["exposure"][experiment] if population == "qualified" else None
+            totals = units.setdefault((experiment, variant, population), {}) \
+                .setdefault(unit, [0.0] * len(sides))
+            for i, side in enumerate(sides):
+                totals[i] += measure(visit, side, since)
+    cap = definition.get("cap") or {}
+    caps: dict[tuple[str, str], float] = {}
+    if cap.get("percentile") is not None:
+        pooled: dict[tuple[str, str], list[float]] = {}
+        for (experiment, _, population), per_unit in units.items():
+            pooled.setdefault((experiment, population), []).extend(
+                t[0] for t in per_unit.values())
+        caps = {key: _percentile(values, cap["percentile"]) for key, values in pooled.items()}
+    result = {}
+    for (experiment, variant, population), per_unit in units.items():
+        limit = cap.get("absolute", caps.get((experiment, population)))
+        sums = {"n": 0.0, "x": 0.0, "xx": 0.0}
+        if kind == "ratio":
+            sums |= {"y": 0.0, "yy": 0.0, "xy": 0.0, "with_y": 0.0}
+        for totals in per_unit.values():
+            x = float(totals[0] > 0) if kind == "proportion" else totals[0]
+            if limit is not None:
+                x = min(x, limit)
+            sums["n"] += 1
+            sums["x"] += x
+            sums["xx"] += x * x
+            if kind == "ratio":
+                y = totals[1]
+                sums["y"] += y
+                sums["yy"] += y * y
+                sums["xy"] += x * y
+                sums["with_y"] += y != 0
+        result[(experiment, variant, population)] = sums
+    return result

@@ -54,7 +54,9 @@ def _growthbook(control, variant, difference: str, sequential: bool):
         alpha=alpha, difference_type=difference)).compute_result()
 
 
-def _assert_equal(result: Comparison, control, variant) -> None:
+def assert_equal_to_growthbook(result: Comparison, control, variant) -> None:
+    """``result`` equals gbstats' fixed and sequential tests on ``control`` and
+    ``variant`` (its statistics), relative for the lift, absolute for the rest."""
     cases = [
         ("fixed", "absolute", False, result.difference, result.fixed, result.p_value),
         ("sequential", "absolute", True, result.difference, result.sequential,
@@ -82,7 +84,7 @@ def test_a_mean_per_visitor_equals_growthbook(seed):
     variant = rng.exponential(22.0, 850) * rng.binomial(1, 0.32, 850)
     (ours_c, theirs_c), (ours_v, theirs_v) = _mean(control), _mean(variant)
 
-    _assert_equal(welch(ours_c, ours_v, INFERENCE), theirs_c, theirs_v)
+    assert_equal_to_growthbook(welch(ours_c, ours_v, INFERENCE), theirs_c, theirs_v)
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
@@ -95,4 +97,4 @@ def test_a_ratio_per_visitor_equals_growthbook(seed):
 
     (ours_c, theirs_c), (ours_v, theirs_v) = _ratio(*arm(1_200, 0.08)), _ratio(*arm(1_150, 0.09))
 
-    _assert_equal(delta_ratio(ours_c, ours_v, INFERENCE), theirs_c, theirs_v)
+    assert_equal_to_growthbook(delta_ratio(ours_c, ours_v, INFERENCE), theirs_c, theirs_v)

@@ -48,7 +48,8 @@ def compare(definition: Definition, control: Moments, variant: Moments,
         inference = replace(inference, min_units=definition.min_units)
     if definition.kind == "ratio":
         return delta_ratio(control.ratio(name), variant.ratio(name), inference)
-    return welch(control.mean(name), variant.mean(name), inference)
+    binary = definition.kind == "proportion"
+    return welch(control.mean(name, binary), variant.mean(name, binary), inference)
 
 
 #: The serving view's counts a variant reports.

@@ -55,8 +55,9 @@ class Moments:
     def units(self, name: str) -> int:
         return int(self._get(name, "n"))
 
-    def mean(self, name: str) -> MeanMoments:
-        return MeanMoments(self.units(name), self._get(name, "x"), self._get(name, "xx"))
+    def mean(self, name: str, binary: bool = False) -> MeanMoments:
+        return MeanMoments(self.units(name), self._get(name, "x"), self._get(name, "xx"),
+                           binary)
 
     def ratio(self, name: str) -> RatioMoments:
         return RatioMoments(self.units(name), self._get(name, "x"), self._get(name, "y"),

@@ -87,11 +87,13 @@ class Inference:
 
 @dataclass(frozen=True)
 class MeanMoments:
-    """n units, the sum of their values and of their squares."""
+    """n units, the sum of their values and of their squares; ``binary``: each value is 0
+    or 1 (a proportion)."""
 
     n: int
     total: float
     total_sq: float
+    binary: bool = False
 
     @property
     def mean(self) -> float:
@@ -99,7 +101,10 @@ class MeanMoments:
 
     @property
     def variance(self) -> float:
-        """Sample variance (n - 1 in the denominator)."""
+        """A proportion's p(1 - p), else the sample variance (n - 1 in the denominator),
+        as GrowthBook's engine has them."""
+        if self.binary:
+            return self.mean * (1 - self.mean)
         return max(0.0, (self.total_sq - self.total ** 2 / self.n) / (self.n - 1))
 
 
