@@ -46,7 +46,8 @@ def make_config(data_dir: Path, **sections: dict[str, object]) -> Config:
 #: A bronze row's fields where a test does not set them (``event_ts`` and ``event_id`` it
 #: must); ``event_date`` follows ``event_ts``.
 BRONZE_DEFAULTS: dict[str, object] = {
-    "session_id": "s1", "visitor_id": "v1", "type": "pageview", "page": "/",
+    "session_id": "s1", "visitor_id": "v1", "type": "pageview", "page": "/", "device": None,
+    "country": None,
     "experiments": [("exp", "control", False)], "revenue": None, "units": None,
     "page_load_ms": None, "source_file": "f", "arrived_at": T0_BRONZE, "ingested_at": T0_BRONZE,
 }

@@ -220,17 +220,106 @@ def matches(event: dict, events: dict) -> bool:
     return all(_holds(event.get(name), c) for name, c in (events.get("where") or {}).items())
 
 
-def measure(visit: dict, spec: dict, since: datetime | None) -> float:
-    """A visit's value of a measure (``{events, value}`` or ``{visits}``), counting its
-    events from ``since`` on (all when None)."""
+def measured(visit: dict, spec: dict, since: datetime | None,
+             window: tuple[datetime, datetime] | None = None) -> list[float]:
+    """The values (1 for a count) of a visit's events that a measure (``{events,
+    value}``) counts: from ``since`` on (all when None), inside ``window`` when given,
+    with the value."""
+    values = []
+    for event in visit["events"]:
+        if since is not None and event["ts"] < since:
+            continue
+        if window is not None and not window[0] <= event["ts"] < window[1]:
+            continue
+        if matches(event, spec["events"]):
+            value = 1.0 if spec.get("value") is None else event.get(spec["value"])
+            if value is not None:
+                values.append(float(value))
+    return values
+
+
+def measure(visit: dict, spec: dict, since: datetime | None,
+            window: tuple[datetime, datetime] | None = None) -> float:
+    """A visit's value of a measure (``{events, value}`` or ``{visits}``)."""
     if spec.get("visits") is not None:
         return float({"all": True, "bounce": visit["bounce"],
                       "error": visit["error_visit"]}[spec["visits"]])
-    total = 0.0
-    for event in visit["events"]:
-        if (since is None or event["ts"] >= since) and matches(event, spec["events"]):
-            total += 1.0 if spec.get("value") is None else float(event[spec["value"]])
-    return total
+    return sum(measured(visit, spec, since, window))
+
+
+def _first_exposures(visit_list: list[dict], unit_of) -> dict[tuple, datetime]:
+    """Per (experiment, population, unit): when its window starts: the first exposure
+    (qualified), the start of the first visit in the experiment (assigned)."""
+    first: dict[tuple, datetime] = {}
+    for visit in visit_list:
+        for experiment, _, population in visit_targets(visit):
+            at = visit["exposure"][experiment] if population == "qualified" else visit["start"]
+            key = (experiment, population, unit_of(visit))
+            first[key] = min(first.get(key, at), at)
+    return first
+
+
+def _window(definition: dict, first: datetime) -> tuple[datetime, datetime] | None:
+    window = definition.get("window")
+    if window is None:
+        return None
+    start = first + _duration(window.get("delay", "0 seconds"))
+    return start, start + _duration(window["length"])
+
+
+def _duration(text: str) -> timedelta:
+    amount, unit = text.split()
+    return timedelta(**{unit if unit.endswith("s") else unit + "s": float(amount)})
+
+
+def _unit_of(definition: dict):
+    if definition.get("unit", "visitor") == "visitor":
+        return lambda visit: visit["visitor"]
+    return lambda visit: (visit["events"][0]["session_id"], visit["start"])
+
+
+def quantile_sums(visit_list: list[dict], definition: dict, z: float
+                  ) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Per (experiment, variant, population): a quantile definition's events ``n``, its
+    ``estimate`` and the order statistics at ranks n(q -/+ z sqrt(q(1-q)/n)) (the smallest
+    value whose rank reaches them), and over its units the sums of s (events at or below
+    the estimate), m (events), s², m², s·m."""
+    unit_of, q = _unit_of(definition), definition["quantile"]
+    first = _first_exposures(visit_list, unit_of)
+    values: dict[tuple[str, str, str], dict[object, list[float]]] = {}
+    for visit in visit_list:
+        for experiment, variant, population in visit_targets(visit):
+            unit = unit_of(visit)
+            since = visit["exposure"][experiment] if population == "qualified" else None
+            window = _window(definition, first[(experiment, population, unit)])
+            values.setdefault((experiment, variant, population), {}).setdefault(
+                unit, []).extend(measured(visit, definition, since, window))
+    result = {}
+    for key, per_unit in values.items():
+        ordered = sorted(v for vs in per_unit.values() for v in vs)
+        n = len(ordered)
+        if n == 0:
+            continue
+
+        def at(rank: float, ordered: list[float] = ordered) -> float:
+            rank = min(max(rank, 0.0), 1.0)
+            return ordered[max(0, math.ceil(rank * len(ordered)) - 1)]
+
+        half = z * math.sqrt(q * (1 - q) / n)
+        estimate = at(q)
+        sums = {"n": n, "estimate": estimate, "lower": at(q - half), "upper": at(q + half),
+                "units": 0, "sum_s": 0.0, "sum_m": 0.0, "sum_ss": 0.0, "sum_mm": 0.0,
+                "sum_sm": 0.0}
+        for vs in per_unit.values():
+            if not vs:
+                continue
+            s, m = float(sum(v <= estimate for v in vs)), float(len(vs))
+            sums["units"] += 1
+            for name, amount in (("sum_s", s), ("sum_m", m), ("sum_ss", s * s),
+                                 ("sum_mm", m * m), ("sum_sm", s * m)):
+                sums[name] += amount
+        result[key] = sums
+    return result
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -253,15 +342,17 @@ def unit_sums(visit_list: list[dict], definition: dict
         [{"events": definition.get("events"), "value": definition.get("value"),
           "visits": definition.get("visits")}]
     units: dict[tuple[str, str, str], dict[object, list[float]]] = {}
+    unit_of = _unit_of(definition)
+    first = _first_exposures(visit_list, unit_of)
     for visit in visit_list:
-        unit = visit["visitor"] if definition.get("unit", "visitor") == "visitor" else \
-            (visit["events"][0]["session_id"], visit["start"])
+        unit = unit_of(visit)
         for experiment, variant, population in visit_targets(visit):
             since = visit["exposure"][experiment] if population == "qualified" else None
+            window = _window(definition, first[(experiment, population, unit)])
             totals = units.setdefault((experiment, variant, population), {}) \
                 .setdefault(unit, [0.0] * len(sides))
             for i, side in enumerate(sides):
-                totals[i] += measure(visit, side, since)
+                totals[i] += measure(visit, side, since, window)
     cap = definition.get("cap") or {}
     caps: dict[tuple[str, str], float] = {}
     if cap.get("percentile") is not None:

@@ -181,7 +181,8 @@ def test_a_config_error_names_the_key_and_never_shows_a_credential(tmp_path, env
 def test_the_default_input_mapping_is_the_beacon():
     events = load_config(environ={}).events
     assert events.paths() == ["event_id", "event_ts", "session_id", "visitor_id", "type",
-                              "experiments", "page", "revenue", "units", "page_load_ms"]
+                              "experiments", "page", "device", "country", "revenue", "units",
+                              "page_load_ms"]
     assert events.require == {"order": ["revenue", "units"]}
 
 

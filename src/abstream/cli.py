@@ -19,14 +19,17 @@ log = logging.getLogger("abstream")
 
 
 def _effect(text: str) -> tuple[str, float]:
-    name, sep, value = text.partition("=")
+    """``METRIC=LIFT[@SEGMENT=VALUE]`` as (``METRIC[@SEGMENT=VALUE]``, lift)."""
+    effect, _, segment = text.partition("@")
+    name, sep, value = effect.partition("=")
     try:
-        if not sep:
+        if not sep or (segment and "=" not in segment):
             raise ValueError
-        return name.strip(), float(value)
+        return name.strip() + (f"@{segment.strip()}" if segment else ""), float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected METRIC=LIFT such as conversion=0.10, "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected METRIC=LIFT such as conversion=0.10, or one limited to a segment such "
+            f"as conversion=0.10@device=mobile, got {text!r}") from None
 
 
 def _start(text: str) -> datetime | None:
@@ -87,8 +90,10 @@ def _parser() -> argparse.ArgumentParser:
                                help="generate beacons, run the speed layer, show the results")
     demo.add_argument("--events", type=int, default=200_000, metavar="N")
     demo.add_argument("--seed", type=int, default=1, metavar="S")
-    demo.add_argument("--effect", type=_effect, action="append", metavar="METRIC=LIFT",
-                      help="planted lift (default conversion=0.10)")
+    demo.add_argument("--effect", type=_effect, action="append",
+                      metavar="METRIC=LIFT[@SEGMENT=VALUE]",
+                      help="planted lift (default conversion=0.10); @device=mobile limits it "
+                           "to one segment")
     demo.add_argument("--json", action="store_true",
                       help="print the figures as one JSON object on the last line")
 
@@ -150,9 +155,10 @@ def _generate_parser(commands: argparse._SubParsersAction, common: argparse.Argu
     gen.add_argument("--rate", type=float, metavar="EV_PER_S",
                      help="write at this many records per second (default: as fast as possible)")
     gen.add_argument("--effect", type=_effect, action="append", default=[],
-                     metavar="METRIC=LIFT",
+                     metavar="METRIC=LIFT[@SEGMENT=VALUE]",
                      help="planted relative lift of every treatment: conversion, revenue, "
-                          "bounce, errors, page_load (repeatable)")
+                          "bounce, errors, page_load (repeatable); @device=mobile or "
+                          "@country=DE limits it to the visitors of one segment")
     gen.add_argument("--start", type=_start, metavar="TIME",
                      help="first event time, ISO-8601 or 'now' (default 2026-01-05T00:00Z, "
                           "or now with --rate)")
@@ -194,6 +200,9 @@ def _report_parser(commands: argparse._SubParsersAction, common: argparse.Argume
     report.add_argument("--html", metavar="FILE", type=Path,
                         help="write a self-contained HTML report with plots (text is then "
                              "not printed; --json still is)")
+    report.add_argument("--by", metavar="DIMENSION",
+                        help="every comparison per value of a dimension of metrics.dimensions "
+                             "(such as device), corrected over each experiment's values")
     report.add_argument("--publish", action="store_true",
                         help="replace the experiment_results table, which the metrics "
                              "exporter serves, with this report (text is then not printed; "

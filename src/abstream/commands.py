@@ -130,7 +130,10 @@ def report(args: argparse.Namespace, config: Config) -> int:
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html: folder {args.html.parent} does not exist")
     deployment = Deployment.open(config)
-    report = build_report(deployment.spark, deployment.layout, config)
+    if args.by is not None and args.publish:
+        raise UsageError("--by and --publish: the published results are the overall ones; "
+                         "run them apart")
+    report = build_report(deployment.spark, deployment.layout, config, args.by)
     if args.html is not None:
         from abstream.report.html import render_html
 

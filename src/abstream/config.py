@@ -31,8 +31,8 @@ from pydantic import (
 
 from abstream.durations import parse_duration
 from abstream.errors import ConfigError
-from abstream.metrics.catalog import default_definitions
-from abstream.metrics.definitions import Catalog, Definition
+from abstream.metrics.catalog import default_definitions, default_dimensions
+from abstream.metrics.definitions import Catalog, Definition, Dimension
 
 ENV_PREFIX = "ABSTREAM__"
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -174,6 +174,8 @@ class PropertySpec(_Section):
 def _beacon_properties() -> dict[str, PropertySpec]:
     return {
         "page": PropertySpec(path="page"),
+        "device": PropertySpec(path="device"),
+        "country": PropertySpec(path="country"),
         "revenue": PropertySpec(path="revenue", type="decimal", min=0, max=1e15,
                                 types=["order"]),
         "units": PropertySpec(path="units", type="long", min=0, types=["order"]),
@@ -245,6 +247,11 @@ def catalog_problems(catalog: Catalog, events: EventsSettings) -> list[str]:
         for side, measure in zip(sides, definition.measures(), strict=True):
             where = f"definition {definition.name!r}: " + (f"{side}." if side else "")
             found += _measure_problems(where, measure, events)
+    for dimension in catalog.dimensions:
+        if dimension.property not in events.properties:
+            found.append(f"dimension {dimension.name!r}: property: {dimension.property!r} is "
+                         f"not one of events.properties ({', '.join(events.properties)}); "
+                         "declare metrics.dimensions for your events ([] for none)")
     return found
 
 
@@ -306,10 +313,12 @@ class MetricsSettings(_Section):
     #: The metric catalog (docs/metrics.md); the default is the package's
     #: ``resources/metrics.yaml``.
     definitions: list[Definition] = Field(default_factory=default_definitions, min_length=1)
+    #: What ``abstream report --by`` breaks results down by.
+    dimensions: list[Dimension] = Field(default_factory=default_dimensions)
 
     @property
     def catalog(self) -> Catalog:
-        return Catalog(definitions=self.definitions)
+        return Catalog(definitions=self.definitions, dimensions=self.dimensions)
 
     @model_validator(mode="after")
     def _slide_fits_window(self) -> MetricsSettings:

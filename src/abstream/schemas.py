@@ -38,6 +38,9 @@ EXPERIMENT_ENTRY = StructType(
 
 #: A map from a metric part's key to a visit's value of it (``stages.parts``).
 PARTS = MapType(StringType(), DoubleType())
+#: A map from an event list's key to the time and value of each of a visit's events in it.
+EVENT_LISTS = MapType(StringType(), ArrayType(StructType([
+    StructField("ts", TimestampType()), StructField("value", DoubleType())])))
 
 #: An experiment entry of a visit: ``qualified`` when one of the visit's events listed it
 #: with ``qualified = true``; then ``exposed_at`` is the visit's first exposure to the
@@ -123,6 +126,8 @@ SESSIONS = StructType(
         StructField("is_error_visit", BooleanType(), False),
         StructField("experiments", ArrayType(VISIT_ENTRY), False),
         StructField("metric_parts", PARTS),
+        StructField("metric_values", EVENT_LISTS),
+        StructField("dimensions", MapType(StringType(), StringType())),
         StructField("layer", StringType(), False),
         StructField("computed_at", TimestampType(), False),
         StructField("visit_date", DateType(), False),

@@ -2,6 +2,7 @@
 catalog, and ``abstream metrics``."""
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from abstream.cli import main
 from abstream.config import Config, EventsSettings, catalog_problems, load_config
 from abstream.errors import ConfigError
 from abstream.metrics.catalog import default_catalog, problems
-from abstream.metrics.definitions import Catalog, Definition
+from abstream.metrics.definitions import Catalog, Definition, MetricWindow
 
 
 def _definition(**fields) -> Definition:
@@ -29,6 +30,8 @@ def test_the_default_catalog_is_the_five_comparisons_of_the_beacon():
     ]
     assert catalog.parts() == ("bounce_visits", "error_visits", "visits", "count[order]",
                                "sum_revenue[order]")
+    assert [(d.name, d.property, d.max_values) for d in catalog.dimensions] == [
+        ("device", "device", 20), ("country", "country", 20)]
     assert Config().metrics.catalog == catalog
 
 
@@ -81,7 +84,19 @@ def test_the_fingerprint_changes_with_the_numbers_not_with_words_or_roles():
     ({"kind": "mean", "events": "order", "cap": {"percentile": 1.5}}, "less than 1"),
     ({"kind": "mean", "events": {"where": {"units": {}}}}, "a condition needs one of"),
     ({"kind": "mean", "events": "order", "min_units": 1}, "greater than or equal to 2"),
-    ({"kind": "median", "events": "order"}, "'proportion', 'mean' or 'ratio'"),
+    ({"kind": "median", "events": "order"}, "'proportion', 'mean', 'ratio' or 'quantile'"),
+    ({"kind": "quantile", "events": "pageview", "value": "page_load_ms"},
+     "a quantile needs quantile (0 < q < 1)"),
+    ({"kind": "mean", "events": "order", "quantile": 0.5}, "only a quantile has it"),
+    ({"kind": "quantile", "events": "pageview", "quantile": 0.9}, "give events and value"),
+    ({"kind": "quantile", "events": "order", "value": "revenue", "quantile": 0.9,
+      "cap": {"absolute": 5}}, "a quantile takes no cap"),
+    ({"kind": "quantile", "events": "order", "value": "revenue", "quantile": 1},
+     "less than 1"),
+    ({"kind": "mean", "events": "order", "window": {"length": "0 seconds"}},
+     "length must be positive"),
+    ({"kind": "mean", "events": "order", "window": {"length": "7 parsecs"}},
+     "unknown time unit"),
     ({"name": "Conversion Rate", "kind": "mean", "events": "order"}, "use lower-case"),
     ({"kind": "mean", "events": "order", "colour": "red"}, "Extra inputs"),
 ])
@@ -94,6 +109,23 @@ def test_names_are_distinct():
     one = {"name": "m", "kind": "mean", "events": "order"}
     with pytest.raises(ValueError, match="two definitions are named 'm'"):
         Catalog.model_validate({"definitions": [one, one]})
+    device = {"name": "device", "property": "device"}
+    with pytest.raises(ValueError, match="two dimensions are named 'device'"):
+        Catalog.model_validate({"definitions": [one], "dimensions": [device, device]})
+
+
+def test_windows_and_quantiles_read_each_event_and_say_so_in_their_keys():
+    windowed = _definition(kind="ratio", numerator={"events": "order"},
+                           denominator={"visits": "all"}, window={"length": "7 days"})
+    assert windowed.parts() == ("list:count[order]", "visits")
+    p95 = _definition(kind="quantile", events="pageview", value="page_load_ms", quantile=0.95)
+    assert p95.parts() == ("list:sum_page_load_ms[pageview]",)
+    catalog = Catalog(definitions=[windowed, p95.model_copy(update={"name": "p95"})])
+    assert set(catalog.listed_parts()) == {"list:count[order]",
+                                           "list:sum_page_load_ms[pageview]"}
+    assert catalog.event_parts() == {}
+    assert windowed.fingerprint != windowed.model_copy(
+        update={"window": MetricWindow(length=timedelta(days=1))}).fingerprint
 
 
 def test_problems_name_the_definition_and_the_key_one_line_each():
@@ -125,10 +157,16 @@ def test_what_a_catalog_reads_must_be_in_the_input_mapping():
         "(pageview, add_to_cart, order, error)",
         "definition 'pages': value: page is a string, not a number",
         "definition 'cheap': numerator.events.where: 'colour' is not one of "
-        "events.properties (page, revenue, units, page_load_ms)",
+        "events.properties (page, device, country, revenue, units, page_load_ms)",
         "definition 'cheap': denominator.events.where.page: lt, le, gt and ge compare "
         "numbers, and page is a string",
     ]
+    without_device = EventsSettings().model_copy(update={"properties": {
+        k: v for k, v in EventsSettings().properties.items() if k != "device"}})
+    assert catalog_problems(default_catalog(), without_device) == [
+        "dimension 'device': property: 'device' is not one of events.properties (page, "
+        "country, revenue, units, page_load_ms); declare metrics.dimensions for your events "
+        "([] for none)"]
 
 
 def test_a_config_whose_catalog_does_not_fit_its_events_is_one_line(tmp_path):

@@ -17,6 +17,7 @@ from abstream.generator.write import GeneratorSettings, generate
 from abstream.metrics.definitions import Catalog
 from abstream.report.build import experiment_report
 from abstream.report.moments import VariantSeries, served_series
+from abstream.report.statistics import Z_RANK
 from abstream.stages.sessions import assemble_visits, with_visit_start
 from tests import reference
 from tests.helpers import bronze_frame, bronze_row, landing_records
@@ -41,6 +42,16 @@ CATALOG = Catalog.model_validate({"definitions": [
      "denominator": {"visits": "all"}},
     {"name": "home_or_cart", "kind": "proportion",
      "events": {"where": {"page": {"in": ["/", "/cart"]}}}},
+    {"name": "buyers_first_hour", "kind": "proportion", "events": "order",
+     "window": {"length": "1 hour"}},
+    {"name": "revenue_day_after", "kind": "mean", "events": "order", "value": "revenue",
+     "window": {"delay": "30 minutes", "length": "1 day"}},
+    {"name": "orders_per_visit_2h", "kind": "ratio", "numerator": {"events": "order"},
+     "denominator": {"visits": "all"}, "window": {"length": "2 hours"}},
+    {"name": "load_p90", "kind": "quantile", "events": "pageview", "value": "page_load_ms",
+     "quantile": 0.9},
+    {"name": "order_median_per_visit", "kind": "quantile", "events": "order",
+     "value": "revenue", "quantile": 0.5, "unit": "visit", "window": {"length": "1 day"}},
 ]})
 
 
@@ -81,8 +92,10 @@ def _bronze(spark, events):
 def test_each_kind_of_definition_has_the_units_and_sums_of_the_reference(served):
     compared = 0
     for definition in CATALOG.definitions:
+        if definition.kind == "quantile":
+            continue
         expected = reference.unit_sums(
-            served.visits, definition.model_dump(by_alias=True, exclude_none=True))
+            served.visits, definition.model_dump(mode="json", by_alias=True, exclude_none=True))
         assert {(e, p, v) for e, v, p in expected} == set(served.series), definition.name
         for (experiment, variant, population), sums in expected.items():
             key = (experiment, variant, population)
@@ -136,3 +149,34 @@ def test_a_proportion_and_capped_means_equal_growthbook_on_the_units_values(
                                          sum_squares=float((np.minimum(a, cap) ** 2).sum()))
                      for a in (control, treatment)]
     assert_equal_to_growthbook(result, *statistic)
+
+
+@pytest.mark.parametrize("name", ["load_p90", "order_median_per_visit"])
+def test_a_quantile_has_the_order_statistics_and_unit_sums_of_the_reference(served, name):
+    """Fewer events per variant than the sketch keeps: its quantiles are the exact order
+    statistics."""
+    definition = CATALOG.get(name)
+    expected = reference.quantile_sums(
+        served.visits, definition.model_dump(mode="json", by_alias=True, exclude_none=True),
+        Z_RANK)
+    found = {(e, v, p): s.quantiles[name] for (e, p, v), s in served.series.items()
+             if name in s.quantiles}
+    assert set(found) == set(expected)
+    for key, sums in expected.items():
+        moments = found[key]
+        assert {k: getattr(moments, k) for k in sums} == pytest.approx(sums), (name, key)
+    assert sum(s["n"] for s in expected.values()) > 200
+
+
+def test_a_window_counts_fewer_events_than_no_window(served):
+    """The windows of this catalog cut: the reference they are checked against is not
+    the unwindowed one."""
+    def sums(name: str) -> float:
+        spec = CATALOG.get(name).model_dump(mode="json", by_alias=True, exclude_none=True)
+        return sum(s["x"] for s in reference.unit_sums(served.visits, spec).values())
+
+    assert 0 < sums("buyers_first_hour") < sums("buyers")
+    whole = CATALOG.get("revenue_day_after").model_copy(update={"window": None})
+    spec = whole.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert sums("revenue_day_after") < sum(
+        s["x"] for s in reference.unit_sums(served.visits, spec).values())

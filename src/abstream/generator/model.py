@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -37,8 +38,39 @@ EXPERIMENTS = (
 )
 
 #: Relative lifts a treatment can carry: ``--effect conversion=0.10`` raises the order
-#: probability of visits exposed to a non-control variant by 10 %.
+#: probability of visits exposed to a non-control variant by 10 %;
+#: ``--effect conversion=0.10@device=mobile`` does so for the visitors on mobile only.
 EFFECT_METRICS = ("conversion", "revenue", "bounce", "errors", "page_load")
+
+#: What a visitor is in (its ``device`` and ``country`` on every beacon), with the share
+#: of visitors in each value. A visitor's values come from a hash of its id, not from the
+#: model's random draws: the rest of the output is the same with or without them.
+SEGMENTS: dict[str, tuple[tuple[str, float], ...]] = {
+    "device": (("desktop", 0.5), ("mobile", 0.4), ("tablet", 0.1)),
+    "country": (("US", 0.35), ("DE", 0.2), ("GB", 0.15), ("FR", 0.12), ("IN", 0.1),
+                ("BR", 0.08)),
+}
+
+
+def segment_of(visitor_id: str, name: str) -> str:
+    """The visitor's value of the segment ``name``."""
+    draw = zlib.crc32(f"{name}:{visitor_id}".encode()) / 2 ** 32
+    values = SEGMENTS[name]
+    for value, share in values:
+        draw -= share
+        if draw < 0:
+            return value
+    return values[-1][0]
+
+
+def effect_key(text: str) -> tuple[str, tuple[str, str] | None]:
+    """``conversion`` or ``conversion@device=mobile``: the metric, and the segment the
+    effect is limited to."""
+    metric, _, segment = text.partition("@")
+    if not segment:
+        return metric, None
+    name, _, value = segment.partition("=")
+    return metric, (name, value)
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,8 @@ class Visitor:
     sessions_left: int
     #: JSON of each experiment entry, (not qualified, qualified), in the model's order.
     entries_json: tuple[tuple[str, str], ...] = ()
+    #: Its value of each of ``SEGMENTS``.
+    segments: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -106,7 +140,7 @@ class ClickstreamModel:
         behaviour: Behaviour | None = None,
     ) -> None:
         self.rng = rng
-        self.effects = dict(effects)
+        self.effects = [(*effect_key(key), lift) for key, lift in effects.items()]
         self.experiments = experiments
         self.behaviour = behaviour or Behaviour()
         self._qualifying_cache: dict[str, tuple[str, ...]] = {}
@@ -120,8 +154,10 @@ class ClickstreamModel:
                   for q in ("false", "true"))
             for e in self.experiments
         )
-        return Visitor(new_id(rng), variants, {e.id: False for e in self.experiments},
-                       sessions, entries)  # type: ignore[arg-type]
+        visitor_id = new_id(rng)
+        return Visitor(visitor_id, variants, {e.id: False for e in self.experiments},
+                       sessions, entries,  # type: ignore[arg-type]
+                       {name: segment_of(visitor_id, name) for name in SEGMENTS})
 
     def session(self, visitor: Visitor, start_ms: int) -> Iterator[Visit]:
         """The visits of one new session_id: usually one, sometimes two split by > 35 min."""
@@ -136,8 +172,13 @@ class ClickstreamModel:
         """How many experiments this visit is exposed to in a non-control variant."""
         return sum(1 for e in exposed if visitor.variants[e] != "control")
 
-    def _lift(self, metric: str, treated: int) -> float:
-        return (1.0 + self.effects.get(metric, 0.0)) ** treated
+    def _lift(self, metric: str, treated: int, visitor: Visitor) -> float:
+        lift = 1.0
+        for name, segment, amount in self.effects:
+            if name == metric and (segment is None
+                                   or visitor.segments.get(segment[0]) == segment[1]):
+                lift *= (1.0 + amount) ** treated
+        return lift
 
     def _visit(self, session_id: str, visitor: Visitor, start_ms: int) -> Visit:
         rng, b = self.rng, self.behaviour
@@ -146,7 +187,7 @@ class ClickstreamModel:
         exposed_before = {e.id for e in self.experiments if visitor.qualified[e.id]}
         landing_exposed = exposed_before | self._exposures(pages[:1])
         bounce = rng.random() < min(0.95, b.bounce * self._lift(
-            "bounce", self._treated(visitor, landing_exposed)))
+            "bounce", self._treated(visitor, landing_exposed), visitor))
         if bounce:
             pages = pages[:1]
         cart = not bounce and rng.random() < b.add_to_cart
@@ -155,7 +196,7 @@ class ClickstreamModel:
         exposed = exposed_before | self._exposures(pages)
         treated = self._treated(visitor, exposed)
         order = cart and rng.random() < min(
-            0.95, b.order_given_cart * self._lift("conversion", treated))
+            0.95, b.order_given_cart * self._lift("conversion", treated, visitor))
 
         ts = start_ms
         cart_after = len(pages) - 3 if cart else -1
@@ -165,9 +206,10 @@ class ClickstreamModel:
             self._qualify(visitor, page)
             treated_now = self._treated(visitor, exposed_now(visitor))
             load = rng.lognormvariate(math.log(b.page_load_median_ms), 0.5)
-            load *= self._lift("page_load", treated_now)
+            load *= self._lift("page_load", treated_now, visitor)
             visit.events.append(self._event(visitor, ts, "pageview", page, page_load_ms=int(load)))
-            if rng.random() < b.error_per_pageview * self._lift("errors", treated_now):
+            if rng.random() < b.error_per_pageview * self._lift("errors", treated_now,
+                                                                 visitor):
                 ts += rng.randint(50, 3_000)
                 visit.events.append(self._event(visitor, ts, "error", page))
             if index == cart_after:
@@ -176,7 +218,7 @@ class ClickstreamModel:
         if order:
             ts += self._think_time()
             revenue = rng.lognormvariate(math.log(b.revenue_mean) - 0.32, 0.8)
-            revenue *= self._lift("revenue", treated)
+            revenue *= self._lift("revenue", treated, visitor)
             units = 1 + _geometric(rng, 0.8)
             visit.events.append(self._event(visitor, ts, "order", "/checkout",
                                             revenue=round(revenue, 2), units=units))

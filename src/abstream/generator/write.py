@@ -24,7 +24,15 @@ from pathlib import Path
 from abstream.config import KafkaSettings
 from abstream.errors import UsageError
 from abstream.generator.faults import MALFORMED_KINDS
-from abstream.generator.model import EFFECT_METRICS, HOUR_MS, ClickstreamModel, Event, Visitor
+from abstream.generator.model import (
+    EFFECT_METRICS,
+    HOUR_MS,
+    SEGMENTS,
+    ClickstreamModel,
+    Event,
+    Visitor,
+    effect_key,
+)
 from abstream.io.kafka.clients import ClientLog, producer
 
 log = logging.getLogger(__name__)
@@ -62,10 +70,16 @@ class GeneratorSettings:
                 raise UsageError(f"generator: {name} must be in [0, 1)")
         if self.late_max < timedelta(minutes=5):
             raise UsageError("generator: late_max must be at least 5 minutes")
-        unknown = sorted(set(self.effects) - set(EFFECT_METRICS))
-        if unknown:
-            raise UsageError(f"generator: unknown effect {unknown[0]!r}; "
-                             f"choose from {', '.join(EFFECT_METRICS)}")
+        for key in self.effects:
+            metric, segment = effect_key(key)
+            if metric not in EFFECT_METRICS:
+                raise UsageError(f"generator: unknown effect {metric!r}; "
+                                 f"choose from {', '.join(EFFECT_METRICS)}")
+            if segment is not None and segment[1] not in dict(SEGMENTS.get(segment[0], ())):
+                known = "; ".join(f"{name}: {', '.join(v for v, _ in values)}"
+                                  for name, values in SEGMENTS.items())
+                raise UsageError(f"generator: an effect limited to {segment[0]}={segment[1]}: "
+                                 f"no such segment ({known})")
         if any(lift <= -1.0 for lift in self.effects.values()):
             raise UsageError("generator: an effect is a relative lift and must be greater than -1")
 
@@ -116,9 +130,11 @@ def beacon_line(event: Event, session_id: str, visitor: Visitor) -> str:
         tail = f',"revenue":{event.revenue!r},"units":{event.units}'
     elif event.page_load_ms is not None:
         tail = f',"page_load_ms":{event.page_load_ms}'
+    segments = visitor.segments
     return (f'{{"event_id":"{event.event_id}","event_ts":"{format_ts(event.ts_ms)}",'
             f'"session_id":"{session_id}","visitor_id":"{visitor.visitor_id}",'
-            f'"type":"{event.type}","page":"{event.page}","experiments":[{entries}]{tail}}}')
+            f'"type":"{event.type}","page":"{event.page}","device":"{segments["device"]}",'
+            f'"country":"{segments["country"]}","experiments":[{entries}]{tail}}}')
 
 
 class _Paced(ABC):

@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from abstream.errors import ConfigError
-from abstream.metrics.definitions import Catalog, Definition
+from abstream.metrics.definitions import Catalog, Definition, Dimension
 from abstream.rendering import render_table
 
 
@@ -24,6 +24,10 @@ def default_catalog() -> Catalog:
 
 def default_definitions() -> list[Definition]:
     return list(default_catalog().definitions)
+
+
+def default_dimensions() -> list[Dimension]:
+    return list(default_catalog().dimensions)
 
 
 def problems(raw: Any) -> list[str]:
@@ -60,13 +64,17 @@ def render_catalog(catalog: Catalog, *, as_yaml: bool = False) -> str:
     """The catalog as a table (name, kind, unit, role, better, fingerprint, parts), or as
     YAML that ``metrics.definitions`` takes."""
     if as_yaml:
-        return yaml.safe_dump(
-            {"definitions": [d.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-                             for d in catalog.definitions]}, sort_keys=False)
+        return yaml.safe_dump(catalog.model_dump(mode="json", by_alias=True,
+                                                 exclude_defaults=True), sort_keys=False)
     rows = [("name", "kind", "unit", "role", "better", "fingerprint", "parts")]
     rows += [(d.name, d.kind, d.unit, d.role, d.better, d.fingerprint, " ".join(d.parts()))
              for d in catalog.definitions]
-    return render_table(rows, left=(0, 1, 2, 3, 4, 5, 6))
+    text = render_table(rows, left=range(7))
+    if catalog.dimensions:
+        dimensions = [("dimension", "property", "max values")]
+        dimensions += [(d.name, d.property, str(d.max_values)) for d in catalog.dimensions]
+        text += "\n\n" + render_table(dimensions, left=(0, 1))
+    return text
 
 
 def read_catalog_file(path: Path) -> Any:
@@ -85,4 +93,4 @@ def read_catalog_file(path: Path) -> Any:
     if not isinstance(loaded, dict) or "definitions" not in loaded:
         raise ConfigError(f"{path}: no definitions (a list under 'definitions:' or "
                           "'metrics: definitions:')")
-    return {"definitions": loaded["definitions"]}
+    return {key: loaded[key] for key in ("definitions", "dimensions") if key in loaded}

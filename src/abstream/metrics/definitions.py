@@ -20,11 +20,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 
-Kind = Literal["proportion", "mean", "ratio"]
+from abstream.durations import parse_duration, spark_interval
+
+Kind = Literal["proportion", "mean", "ratio", "quantile"]
 Unit = Literal["visitor", "visit"]
 Role = Literal["primary", "secondary", "guardrail"]
 #: The visit-level facts a measure may count instead of events.
@@ -106,6 +116,11 @@ class Measure(_Model):
             raise ValueError("value sums a property of events: give events too")
         return self
 
+    def listed(self) -> str:
+        """The key of the per-visit list of this measure's events (time and value: 1, or
+        the property's value), where a window or a quantile needs each event."""
+        return f"list:{self.part()}"
+
     def part(self) -> str:
         """The key of the per-visit part this measure sums."""
         if self.visits is not None:
@@ -139,6 +154,29 @@ class Cap(_Model):
         return self
 
 
+def _duration(value: object) -> object:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+#: A duration: "7 days", "90 minutes"; written back the same way.
+Duration = Annotated[timedelta, BeforeValidator(_duration),
+                     PlainSerializer(spark_interval, when_used="json")]
+
+
+class MetricWindow(_Model):
+    """Count only a unit's events from ``delay`` to ``delay + length`` after its first
+    exposure to the experiment (the assigned population: its first visit in it)."""
+
+    delay: Duration = timedelta(0)
+    length: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> MetricWindow:
+        if self.delay < timedelta(0) or self.length <= timedelta(0):
+            raise ValueError("delay must not be negative, length must be positive")
+        return self
+
+
 class Definition(_Model):
     """One metric of the catalog."""
 
@@ -152,6 +190,9 @@ class Definition(_Model):
     #: ratio: the sums divided.
     numerator: Measure | None = None
     denominator: Measure | None = None
+    #: quantile: which (0 < q < 1) of ``value`` over the matching events.
+    quantile: float | None = Field(default=None, gt=0, lt=1)
+    window: MetricWindow | None = None
     unit: Unit = "visitor"
     #: On each unit's total (a ratio's: its numerator's).
     cap: Cap | None = None
@@ -178,8 +219,12 @@ class Definition(_Model):
             Measure(**own)
             if self.kind == "proportion" and self.value is not None:
                 raise ValueError("a proportion counts units with a matching event: no value")
-        if self.cap is not None and self.kind == "proportion":
-            raise ValueError("a proportion is 0 or 1 per unit: no cap")
+        if (self.kind == "quantile") != (self.quantile is not None):
+            raise ValueError("a quantile needs quantile (0 < q < 1), and only a quantile has it")
+        if self.kind == "quantile" and (self.value is None or self.events is None):
+            raise ValueError("a quantile is of the value of events: give events and value")
+        if self.cap is not None and self.kind in ("proportion", "quantile"):
+            raise ValueError(f"a {self.kind} takes no cap")
         return self
 
     @property
@@ -193,8 +238,15 @@ class Definition(_Model):
             return (self.numerator, self.denominator)
         return (self.measure,)
 
+    def listed(self, measure: Measure) -> bool:
+        """Whether the measure's events are needed one by one (a window, a quantile)."""
+        return measure.events is not None and (self.window is not None
+                                               or self.kind == "quantile")
+
     def parts(self) -> tuple[str, ...]:
-        return tuple(m.part() for m in self.measures())
+        """The keys of what the definition reads of each visit: summed parts
+        (``metric_parts``), and event lists (``list:`` keys, ``metric_values``)."""
+        return tuple(m.listed() if self.listed(m) else m.part() for m in self.measures())
 
     @property
     def higher_is_better(self) -> bool:
@@ -224,30 +276,60 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
+class Dimension(_Model):
+    """What results can be broken down by: a unit's value of ``property`` on the first
+    event that has it, in its first visit in the experiment (the qualified population: its
+    first exposed visit); values beyond the ``max_values`` most frequent are ``other``."""
+
+    name: str
+    property: str
+    max_values: int = Field(default=20, ge=1)
+
+    @model_validator(mode="after")
+    def _named(self) -> Dimension:
+        if not _NAME.match(self.name):
+            raise ValueError(f"name {self.name!r}: use lower-case letters, digits and _")
+        return self
+
+
+def _distinct(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two {what} are named {name!r}")
+        seen.add(name)
+
+
 class Catalog(_Model):
-    """Definitions with distinct names: the metrics a report compares, in its order."""
+    """Definitions with distinct names (the metrics a report compares, in its order), and
+    the dimensions results can be broken down by."""
 
     definitions: list[Definition] = Field(min_length=1)
+    dimensions: list[Dimension] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _distinct_names(self) -> Catalog:
-        seen: set[str] = set()
-        for d in self.definitions:
-            if d.name in seen:
-                raise ValueError(f"two definitions are named {d.name!r}")
-            seen.add(d.name)
+        _distinct([d.name for d in self.definitions], "definitions")
+        _distinct([d.name for d in self.dimensions], "dimensions")
         return self
 
+    def dimension(self, name: str) -> Dimension | None:
+        return next((d for d in self.dimensions if d.name == name), None)
+
     def event_parts(self) -> dict[str, Measure]:
-        """The parts counted from events, by key."""
+        """The parts summed from events, by key."""
         return {m.part(): m for d in self.definitions for m in d.measures()
-                if m.events is not None}
+                if m.events is not None and not d.listed(m)}
+
+    def listed_parts(self) -> dict[str, Measure]:
+        """The event lists, by key."""
+        return {m.listed(): m for d in self.definitions for m in d.measures() if d.listed(m)}
 
     def parts(self) -> tuple[str, ...]:
-        """Every part's key, visit-level ones first."""
+        """Every summed part's key, visit-level ones first, then the event lists'."""
         visit = sorted({m.part() for d in self.definitions for m in d.measures()
                         if m.visits is not None})
-        return (*visit, *sorted(self.event_parts()))
+        return (*visit, *sorted(self.event_parts()), *sorted(self.listed_parts()))
 
     def get(self, name: str) -> Definition | None:
         return next((d for d in self.definitions if d.name == name), None)

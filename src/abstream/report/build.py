@@ -13,20 +13,24 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from abstream.config import Config, MetricRole, ReportSettings
+from abstream.errors import UsageError
 from abstream.layout import Layout
 from abstream.metrics.definitions import Catalog, Definition
 from abstream.report.moments import EMPTY, Moments, VariantSeries, served_series
+from abstream.report.segments import segmented_visits, split
 from abstream.report.statistics import (
     Comparison,
     Inference,
     Interval,
     adjusted_p_values,
     delta_ratio,
+    quantile_test,
     srm_p_value,
     welch,
 )
@@ -37,6 +41,21 @@ from abstream.stages.gold import Windowing
 log = logging.getLogger(__name__)
 
 CONTROL = "control"
+
+
+def _quantile_results(definition: Definition, control: VariantSeries | None,
+                      variant: VariantSeries | None, points: int, inference: Inference
+                      ) -> list[Comparison | None]:
+    """A quantile's comparison over all visits, at the last point: the series has no
+    quantile at the points before it."""
+    if points == 0:
+        return []
+    found = [s.quantiles.get(definition.name) if s else None for s in (control, variant)]
+    if definition.min_units is not None:
+        inference = replace(inference, min_units=definition.min_units)
+    last = quantile_test(found[0], found[1], inference) \
+        if found[0] is not None and found[1] is not None else None
+    return [None] * (points - 1) + [last]
 
 
 def compare(definition: Definition, control: Moments, variant: Moments,
@@ -120,6 +139,12 @@ class MetricComparison:
         return r.sequential_lift if self.sequential else r.fixed_lift
 
     @property
+    def p_value_raw(self) -> float:
+        """The configured inference's p-value, before the adjustment."""
+        r = self.result
+        return r.sequential_p_value if self.sequential else r.p_value
+
+    @property
     def mde(self) -> float:
         return self.result.sequential_mde if self.sequential else self.result.mde
 
@@ -152,13 +177,19 @@ class ExperimentReport:
     times: list[datetime]
     visitors_over_time: dict[str, list[int]]
     comparisons_over_time: dict[tuple[str, str], list[Comparison | None]]
+    #: The dimension value of a breakdown's report (``report --by``); its variants have
+    #: visitors, not the serving view's counts.
+    segment: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        segment = {} if self.segment is None else {"value": self.segment}
+        variants = [{"variant": v.variant, "visitors": v.visitors} if self.segment is not None
+                    else v.to_dict() for v in self.variants]
         return {
-            "experiment_id": self.experiment_id, "population": self.population,
+            "experiment_id": self.experiment_id, "population": self.population, **segment,
             "final": self.final, "srm_p_value": self.srm_p_value,
             "srm_flagged": self.srm_flagged, "allocation": self.weights,
-            "variants": [v.to_dict() for v in self.variants],
+            "variants": variants,
             "comparisons": [c.to_dict() for c in self.comparisons],
         }
 
@@ -169,12 +200,15 @@ class Report:
     settings: ReportSettings
     experiments: list[ExperimentReport]
     catalog: Catalog
+    #: The dimension the experiments are broken down by (``report --by``).
+    dimension: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
+        by = {} if self.dimension is None else {"dimension": self.dimension}
         return {"as_of": self.as_of.isoformat().replace("+00:00", "Z") if self.as_of else None,
                 "confidence": s.confidence, "inference": s.inference,
-                "sequential_tuning": s.sequential_tuning, "correction": s.correction,
+                "sequential_tuning": s.sequential_tuning, "correction": s.correction, **by,
                 "experiments": [e.to_dict() for e in self.experiments]}
 
 
@@ -243,8 +277,12 @@ def experiment_report(
             if name == CONTROL:
                 continue
             for definition in catalog.definitions:
-                results = [compare(definition, c, v, inference)
-                           for c, v in zip(points(CONTROL), points(name), strict=True)]
+                if definition.kind == "quantile":
+                    results = _quantile_results(definition, series.get(CONTROL),
+                                                series.get(name), len(times), inference)
+                else:
+                    results = [compare(definition, c, v, inference)
+                               for c, v in zip(points(CONTROL), points(name), strict=True)]
                 over_time[(name, definition.name)] = results
                 # The last point is the totals: its comparison is the experiment's.
                 if results and results[-1] is not None:
@@ -258,9 +296,50 @@ def experiment_report(
     )
 
 
-def build_report(spark: SparkSession, layout: Layout, config: Config) -> Report:
-    """Read the serving view and served visits, and compare every variant with control."""
-    settings = config.report
+def judged_by_family(reports: list[ExperimentReport], settings: ReportSettings
+                     ) -> list[ExperimentReport]:
+    """A breakdown's reports (one per experiment, population and dimension value), each
+    comparison's p-value adjusted again over its family: every value, metric and variant of
+    its experiment and population, the guardrails a family apart."""
+    result = []
+    alpha = 1 - settings.confidence
+    ordered = sorted(reports, key=lambda r: (r.experiment_id, r.population))
+    for _, group in groupby(ordered, key=lambda r: (r.experiment_id, r.population)):
+        members = list(group)
+        adjusted: dict[tuple[int, int], float] = {}
+        for guardrails in (False, True):
+            places = [(i, j) for i, r in enumerate(members) for j, c in enumerate(r.comparisons)
+                      if (c.role == "guardrail") == guardrails]
+            raw = [members[i].comparisons[j].p_value_raw for i, j in places]
+            adjusted |= dict(zip(places, adjusted_p_values(raw, settings.correction),
+                                 strict=True))
+        result += [replace(r, comparisons=[
+            replace(c, p_value_adjusted=adjusted[(i, j)], significant=adjusted[(i, j)] < alpha)
+            for j, c in enumerate(r.comparisons)]) for i, r in enumerate(members)]
+    return result
+
+
+def build_report(spark: SparkSession, layout: Layout, config: Config, by: str | None = None
+                 ) -> Report:
+    """Read the serving view and served visits, and compare every variant with control;
+    ``by``: per value of that dimension (no serving view counts)."""
+    settings, catalog = config.report, config.metrics.catalog
+    if by is not None:
+        dimension = catalog.dimension(by)
+        if dimension is None:
+            names = ", ".join(d.name for d in catalog.dimensions) or "none"
+            raise UsageError(f"--by {by}: no such dimension in metrics.dimensions ({names})")
+        visits = segmented_visits(serving_visits(spark, layout), dimension)
+        times, series = served_series(visits, settings.points, catalog)
+        experiments = []
+        for segmented_id, population in sorted({k[:2] for k in series}):
+            experiment_id, value = split(segmented_id)
+            experiments.append(replace(experiment_report(
+                experiment_id, population, totals={},
+                series={k[2]: s for k, s in series.items() if k[:2] == (segmented_id, population)},
+                times=times, settings=settings, catalog=catalog), segment=value))
+        as_of = newest_window_end(serving_view(spark, layout, name=None))
+        return Report(as_of, settings, judged_by_family(experiments, settings), catalog, by)
     serving = serving_view(spark, layout, name=None)
 
     def served_totals() -> tuple[datetime | None, list[VariantTotals]]:

@@ -16,6 +16,7 @@ from abstream.report.text import (
     rule,
     srm_line,
     status,
+    title,
     variant_row,
 )
 
@@ -98,18 +99,22 @@ def _figure(e: ExperimentReport, catalog: Catalog) -> str:
     return svg[svg.index("<svg"):]
 
 
-def _section(e: ExperimentReport, catalog: Catalog) -> str:
-    title = f"{escape(e.experiment_id)} <small>/ {escape(e.population)}</small>"
+def _section(e: ExperimentReport, report: Report) -> str:
+    experiment, _, rest = title(e, report.dimension).partition(" / ")
+    heading = f"{escape(experiment)} <small>/ {escape(rest)}</small>"
     badge = f'<span class="badge {status(e)}">{status(e)}</span>'
     srm_css = "srm-bad" if e.srm_flagged else ""
-    parts = [f"<h2>{title} {badge}</h2>",
+    parts = [f"<h2>{heading} {badge}</h2>",
              f'<p class="{srm_css}">{escape(srm_line(e))}</p>',
-             _table(VARIANT_HEADER, [variant_row(v) for v in e.variants])]
+             _table(VARIANT_HEADER, [variant_row(v) for v in e.variants])
+             if e.segment is None else
+             _table(("variant", "visitors"), [(v.variant, f"{v.visitors:,}")
+                                              for v in e.variants])]
     if e.comparisons:
         parts.append(_table(COMPARISON_HEADER, [comparison_row(c) for c in e.comparisons],
                             [c.significant for c in e.comparisons]))
     if e.times:
-        parts.append(_figure(e, catalog))
+        parts.append(_figure(e, report.catalog))
     return "<section>" + "\n".join(parts) + "</section>"
 
 
@@ -120,7 +125,7 @@ def render_html(report: Report) -> str:
              f"by Welch's t-test). Shown: {rule(report)}. Bold rows are significant. Plots "
              "are cumulative: each point uses every visit started before it; the shaded band "
              "is the fixed-horizon interval, the dashed lines the confidence sequence.")
-    sections = [_section(e, report.catalog) for e in report.experiments] or \
+    sections = [_section(e, report) for e in report.experiments] or \
         ["<p>No experiment data yet: run the pipeline first.</p>"]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -17,16 +17,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from abstream.metrics.definitions import Catalog, Definition, Unit
-from abstream.report.statistics import MeanMoments, RatioMoments
+from abstream.metrics.definitions import Catalog, Definition, MetricWindow, Unit
+from abstream.report.statistics import Z_RANK, MeanMoments, QuantileMoments, RatioMoments
 from abstream.times import from_micros, micros_from
 
 log = logging.getLogger(__name__)
@@ -119,48 +120,96 @@ def _unit(unit: Unit) -> Column:
     return F.concat_ws("/", "session_id", F.col("visit_start").cast("string"))
 
 
+#: What a definition reads of each visit: a part's key and, for an event list, the window
+#: its events must fall in (None: a summed part, or every listed event).
+Input = tuple[str, MetricWindow | None]
+
+
+def _inputs(d: Definition) -> list[Input]:
+    return [(key, d.window if key.startswith("list:") else None) for key in d.parts()]
+
+
+def _summed(d: Definition) -> bool:
+    """Whether the definition is compared from per-unit sums (not a quantile)."""
+    return d.kind != "quantile"
+
+
+def _entry_rows(visits: DataFrame, grid: TimeGrid, unit: Unit) -> DataFrame:
+    """One row per visit, entry and population it counts for: the unit, the visit's point,
+    its parts and event lists, and when the unit's window starts (``first_at``, epoch
+    microseconds): its first exposure to the experiment (the assigned population: the
+    start of its first visit in it)."""
+    entries = visits.select(
+        _unit(unit).alias("unit"), grid.point_of(F.col("visit_start")).alias("point"),
+        "visit_start", "metric_parts", "metric_values",
+        F.col("final").cast("int").alias("final"), F.explode("experiments").alias("entry"))
+    populations = F.array(F.lit("assigned"), F.when(F.col("entry.qualified"), F.lit("qualified")))
+    qualified = F.col("population") == "qualified"
+    started = F.when(qualified, F.col("entry.exposed_at")).otherwise(F.col("visit_start"))
+    return entries.select("*", F.explode(populations).alias("population")) \
+        .where(F.col("population").isNotNull()) \
+        .withColumn("first_at", F.min(F.unix_micros(started)).over(
+            Window.partitionBy("entry.id", "population", "unit")))
+
+
+def _listed(key: str, window: MetricWindow | None) -> Column:
+    """The events of a visit's list that count for the row's population (from the visit's
+    first exposure, for the qualified one) and fall in ``window`` of the unit's first
+    exposure: an array of ``{ts, value}``, NULL where the visit has no such list."""
+    qualified = F.col("population") == "qualified"
+    exposed = F.unix_micros(F.col("entry.exposed_at"))
+
+    def counts(event: Column) -> Column:
+        ts = F.unix_micros(event["ts"])
+        keep = ~qualified | (ts >= exposed)
+        if window is not None:
+            start = F.col("first_at") + window.delay // timedelta(microseconds=1)
+            keep = keep & (ts >= start) & (ts < start + window.length // timedelta(microseconds=1))
+        return keep
+
+    return F.filter(F.col("metric_values")[key], counts)
+
+
 def _part_values(visits: DataFrame, grid: TimeGrid, catalog: Catalog, unit: Unit
-                 ) -> tuple[DataFrame, dict[str, str]]:
+                 ) -> tuple[DataFrame, dict[Input, str]]:
     """One row per experiment x population x variant x unit x point with visits: the sums
-    of the parts the ``unit``'s definitions read (columns named as the returned map says),
-    and per definition the visits that have all of its parts (``NAME#covered``).
+    of what the ``unit``'s definitions read (columns named as the returned map says), and
+    per definition the visits that have all of it (``NAME#covered``).
 
     The qualified population counts the event parts from a visit's first exposure on (the
     entry's ``exposed_parts``), the visit parts of the whole visit. A visit without a part
     (computed before the part was defined) counts for no definition that reads it."""
-    definitions = [d for d in catalog.definitions if d.unit == unit]
-    keys = sorted({p for d in definitions for p in d.parts()})
-    column = {key: f"p{i}" for i, key in enumerate(keys)}
+    definitions = [d for d in catalog.definitions if d.unit == unit and _summed(d)]
+    inputs = sorted({i for d in definitions for i in _inputs(d)}, key=str)
+    column = {i: f"p{n}" for n, i in enumerate(inputs)}
     event_parts = catalog.event_parts().keys()
-    entries = visits.select(
-        _unit(unit).alias("unit"), grid.point_of(F.col("visit_start")).alias("point"),
-        "metric_parts", F.col("final").cast("int").alias("final"),
-        F.explode("experiments").alias("entry"))
-    populations = F.array(F.lit("assigned"), F.when(F.col("entry.qualified"), F.lit("qualified")))
     qualified = F.col("population") == "qualified"
 
-    def part(key: str) -> Column:
+    def value(key: str, window: MetricWindow | None) -> Column:
+        if key.startswith("list:"):
+            return F.aggregate(_listed(key, window), F.lit(0.0),
+                               lambda total, event: total + event["value"])
         whole = F.col("metric_parts")[key]
         if key not in event_parts:
             return whole
         return F.when(qualified, F.col("entry.exposed_parts")[key]).otherwise(whole)
 
-    rows = entries.select("*", F.explode(populations).alias("population")) \
-        .where(F.col("population").isNotNull()) \
-        .select("entry", "population", "unit", "point", "final",
-                *(part(key).alias(column[key]) for key in keys))
-    covered = {d.name: reduce(Column.__and__, [F.col(column[p]).isNotNull() for p in d.parts()])
+    rows = _entry_rows(visits, grid, unit).select(
+        "entry", "population", "unit", "point", "final",
+        *(value(*i).alias(column[i]) for i in inputs))
+    covered = {d.name: reduce(Column.__and__,
+                              [F.col(column[i]).isNotNull() for i in _inputs(d)])
                for d in definitions}
     values = rows.groupBy(F.col("entry.id").alias("experiment_id"), "population",
                           F.col("entry.variant").alias("variant"), "unit", "point").agg(
-        *(F.sum(column[key]).alias(column[key]) for key in keys),
+        *(F.sum(name).alias(name) for name in column.values()),
         *(F.count_if(c).cast("double").alias(f"{name}#covered") for name, c in covered.items()),
         F.min("final").alias("final"))
     return values, column
 
 
 def _percentile_caps(values: DataFrame, catalog: Catalog, unit: Unit,
-                     column: dict[str, str]) -> DataFrame | None:
+                     column: dict[Input, str]) -> DataFrame | None:
     """Per experiment and population, each percentile cap of the ``unit``'s definitions:
     that percentile of the units' totals (all variants together)."""
     capped = [d for d in catalog.definitions
@@ -168,16 +217,16 @@ def _percentile_caps(values: DataFrame, catalog: Catalog, unit: Unit,
     if not capped:
         return None
     totals = values.groupBy("experiment_id", "population", "variant", "unit").agg(
-        *(F.sum(column[d.parts()[0]]).alias(d.name) for d in capped))
+        *(F.sum(column[_inputs(d)[0]]).alias(d.name) for d in capped))
     return totals.groupBy("experiment_id", "population").agg(
         *(F.percentile(d.name, d.cap.percentile).alias(f"{d.name}#cap")  # type: ignore[union-attr]
           for d in capped))
 
 
-def _increments(d: Definition, column: dict[str, str]) -> list[Column]:
+def _increments(d: Definition, column: dict[Input, str]) -> list[Column]:
     """What the definition's sums grow by at a unit's point: from its per-unit values
     before the point (``was``) to those after it (``now``)."""
-    def total(part: str, now: bool) -> Column:
+    def total(part: Input, now: bool) -> Column:
         total = F.col(f"cum_{column[part]}")
         return total if now else total - F.col(column[part])
 
@@ -192,12 +241,12 @@ def _increments(d: Definition, column: dict[str, str]) -> list[Column]:
         return F.least(value, cap)
 
     def x(now: bool) -> Column:
-        value = total(d.parts()[0], now)
+        value = total(_inputs(d)[0], now)
         value = (value > 0).cast("double") if d.kind == "proportion" else capped(value)
         return F.when(covered(now), value).otherwise(F.lit(0.0))
 
     def y(now: bool) -> Column:
-        return F.when(covered(now), total(d.parts()[1], now)).otherwise(F.lit(0.0))
+        return F.when(covered(now), total(_inputs(d)[1], now)).otherwise(F.lit(0.0))
 
     def grown(value: Callable[[bool], Column]) -> Column:
         return value(True) - value(False)
@@ -229,7 +278,7 @@ def moment_increments(visits: DataFrame, grid: TimeGrid, catalog: Catalog,
                for c in (*column.values(), *counted)),
         (F.row_number().over(per_unit) == 1).cast("long").alias("first"))
     first = F.col("first") if unit == "visitor" else F.lit(0)
-    definitions = [d for d in catalog.definitions if d.unit == unit]
+    definitions = [d for d in catalog.definitions if d.unit == unit and _summed(d)]
     return cumulative.groupBy(*KEY, "point").agg(
         F.sum(first).alias("n"),
         *(s for d in definitions for s in _increments(d, column)),
@@ -239,11 +288,12 @@ def moment_increments(visits: DataFrame, grid: TimeGrid, catalog: Catalog,
 
 @dataclass(frozen=True)
 class VariantSeries:
-    """Cumulative moments of one variant at every point of the grid, and whether all of
-    its visits are final."""
+    """Cumulative moments of one variant at every point of the grid, whether all of its
+    visits are final, and over all of them its quantiles' moments, by definition."""
 
     points: list[Moments]
     final: bool
+    quantiles: dict[str, QuantileMoments] = field(default_factory=dict)
 
     @property
     def total(self) -> Moments:
@@ -272,6 +322,52 @@ def cumulative_series(increments: Iterable[Mapping[str, Any]], grid: TimeGrid
     return series
 
 
+def quantile_moments(visits: DataFrame, grid: TimeGrid, d: Definition
+                     ) -> dict[tuple[str, str, str], QuantileMoments]:
+    """Per experiment x population x variant, the moments of a quantile definition over
+    all ``visits``: the estimate and the order statistics around it (exact: the values are
+    ranked), and per unit the events at or below the estimate."""
+    ((key, window),) = _inputs(d)
+    nu = d.quantile
+    assert nu is not None
+    events = _entry_rows(visits, grid, d.unit).select(
+        F.col("entry.id").alias("experiment_id"), "population",
+        F.col("entry.variant").alias("variant"), "unit",
+        F.explode(_listed(key, window)).alias("event")) \
+        .select(*KEY, "unit", F.col("event.value").alias("value")) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        variant = Window.partitionBy(*KEY)
+        ranked = events.select(*KEY, "value",
+                               F.row_number().over(variant.orderBy("value")).alias("rank"),
+                               F.count(F.lit(1)).over(variant).alias("n"))
+        half = Z_RANK * F.sqrt(F.lit(nu * (1 - nu)) / F.col("n"))
+
+        def at(rank: Column) -> Column:
+            """The smallest value whose rank reaches ``rank`` (a share of n)."""
+            place = F.greatest(F.ceil(F.least(F.greatest(rank, F.lit(0.0)), F.lit(1.0))
+                                      * F.col("n")), F.lit(1))
+            return F.max(F.when(F.col("rank") == place, F.col("value")))
+
+        bounds = ranked.groupBy(*KEY).agg(
+            F.first("n").alias("n"), at(F.lit(nu)).alias("estimate"),
+            at(nu - half).alias("lower"), at(nu + half).alias("upper"))
+        per_unit = events.join(F.broadcast(bounds.select(*KEY, "estimate")), list(KEY)) \
+            .groupBy(*KEY, "unit").agg(
+                F.count_if(F.col("value") <= F.col("estimate")).cast("double").alias("s"),
+                F.count("value").cast("double").alias("m"))
+        sums = per_unit.groupBy(*KEY).agg(
+            F.count("unit").alias("units"), F.sum("s").alias("sum_s"),
+            F.sum("m").alias("sum_m"), F.sum(F.col("s") * F.col("s")).alias("sum_ss"),
+            F.sum(F.col("m") * F.col("m")).alias("sum_mm"),
+            F.sum(F.col("s") * F.col("m")).alias("sum_sm"))
+        rows = bounds.join(sums, list(KEY)).collect()
+    finally:
+        events.unpersist()
+    return {(r["experiment_id"], r["population"], r["variant"]): QuantileMoments(
+        nu=nu, **{k: v for k, v in r.asDict().items() if k not in KEY}) for r in rows}
+
+
 def served_series(visits: DataFrame, max_points: int, catalog: Catalog
                   ) -> tuple[list[datetime], dict[tuple[str, str, str], VariantSeries]]:
     """The series' point ends and, per experiment x population x variant, the cumulative
@@ -287,4 +383,10 @@ def served_series(visits: DataFrame, max_points: int, catalog: Catalog
         units.append("visit")
     rows = [r.asDict() for unit in units
             for r in moment_increments(visits, grid, catalog, unit).collect()]
-    return [grid.end(k) for k in range(grid.count)], cumulative_series(rows, grid)
+    series = cumulative_series(rows, grid)
+    for d in catalog.definitions:
+        if d.kind == "quantile":
+            for key, moments in quantile_moments(visits, grid, d).items():
+                if key in series:
+                    series[key].quantiles[d.name] = moments
+    return [grid.end(k) for k in range(grid.count)], series

@@ -37,6 +37,12 @@ def absolute(rate: bool, number: float) -> str:
     return f"{number * 100:.2f} pp" if rate else f"{number:,.2f}"
 
 
+def title(e: ExperimentReport, dimension: str | None) -> str:
+    """``experiment / population``, and ``/ dimension=value`` in a breakdown."""
+    segment = "" if e.segment is None else f" / {dimension}={e.segment}"
+    return f"{e.experiment_id} / {e.population}{segment}"
+
+
 def status(e: ExperimentReport) -> str:
     return "final" if e.final else "provisional"
 
@@ -94,11 +100,17 @@ def render_text(report: Report) -> str:
     if not report.experiments:
         return "no experiment data yet (run the pipeline first)"
     as_of = report.as_of.strftime("%Y-%m-%d %H:%M UTC") if report.as_of else "-"
+    by = "" if report.dimension is None else \
+        f" by {report.dimension} (p adj. over each experiment's values, guardrails apart)"
     blocks = [f"experiment report as of {as_of}; comparisons per visitor over closed "
-              f"visits; {rule(report)}"]
+              f"visits; {rule(report)}{by}"]
     for e in report.experiments:
-        lines = [f"{e.experiment_id} / {e.population}: {status(e)}; {srm_line(e)}",
-                 render_table([VARIANT_HEADER, *map(variant_row, e.variants)])]
+        lines = [f"{title(e, report.dimension)}: {status(e)}; {srm_line(e)}"]
+        if e.segment is None:
+            lines.append(render_table([VARIANT_HEADER, *map(variant_row, e.variants)]))
+        else:
+            lines.append("visitors: " + ", ".join(f"{v.variant} {v.visitors:,}"
+                                                  for v in e.variants))
         if e.comparisons:
             lines.append(render_table([COMPARISON_HEADER,
                                        *map(comparison_row, e.comparisons)],

@@ -16,8 +16,9 @@ from pyspark.sql import functions as F
 
 from abstream.metrics.definitions import Catalog, Condition, EventFilter, Measure
 
-#: The Spark type of a part map.
+#: The Spark type of a part map, and of a map of event lists.
 PARTS_TYPE = "map<string,double>"
+LISTS_TYPE = "map<string,array<struct<ts:timestamp,value:double>>>"
 #: The visit-level fact behind each visit part: a boolean column of silver (None: every
 #: visit).
 _VISIT_FACTS = {"visits": None, "bounce_visits": "is_bounce", "error_visits": "is_error_visit"}
@@ -66,6 +67,20 @@ def event_parts(catalog: Catalog, counted: Column | None = None) -> Column:
     return F.create_map(*pairs).cast(PARTS_TYPE)
 
 
+def event_lists(catalog: Catalog) -> Column:
+    """An aggregate over a visit's events: per event list of the catalog, the time and
+    value (1 for a count) of each matching event that has the value."""
+    def listed(measure: Measure) -> Column:
+        assert measure.events is not None
+        value = F.lit(1.0) if measure.value is None else F.col(measure.value).cast("double")
+        event = F.struct(F.col("event_ts").alias("ts"), value.alias("value"))
+        return F.collect_list(F.when(matches(measure.events) & value.isNotNull(), event))
+
+    pairs = [item for key, measure in sorted(catalog.listed_parts().items())
+             for item in (F.lit(key), listed(measure))]
+    return F.create_map(*pairs).cast(LISTS_TYPE)
+
+
 def any_event_part(catalog: Catalog) -> Column:
     """Whether an event counts for any event part."""
     filters = [matches(m.events) for m in catalog.event_parts().values()
@@ -86,5 +101,17 @@ def visit_parts(catalog: Catalog) -> Column:
 
 
 def properties(catalog: Catalog) -> set[str]:
-    """The event properties the catalog reads."""
-    return {name for d in catalog.definitions for m in d.measures() for name in m.properties()}
+    """The event properties the catalog reads (its definitions and dimensions)."""
+    return {name for d in catalog.definitions for m in d.measures()
+            for name in m.properties()} | {d.property for d in catalog.dimensions}
+
+
+def dimension_values(catalog: Catalog) -> Column:
+    """An aggregate over a visit's events: per dimension, the value (as a string) of its
+    property on the visit's first event that has it."""
+    def first(column: Column) -> Column:
+        return F.min_by(column.cast("string"), F.when(column.isNotNull(), F.col("event_ts")))
+
+    pairs = [item for d in catalog.dimensions
+             for item in (F.lit(d.name), first(F.col(d.property)))]
+    return F.create_map(*pairs).cast("map<string,string>")

@@ -132,6 +132,8 @@ def visit_counters(catalog: Catalog) -> list[Column]:
         F.sum("units").alias("units"),
         _count("error").alias("errors"),
         parts.event_parts(catalog).alias("event_parts"),
+        parts.event_lists(catalog).alias("metric_values"),
+        parts.dimension_values(catalog).alias("dimensions"),
     ]
 
 
@@ -165,6 +167,8 @@ def assemble_visits(started: DataFrame, catalog: Catalog) -> DataFrame:
         (F.col("errors") > 0).alias("is_error_visit"),
         F.coalesce(F.col("experiments"), none).alias("experiments"),
         "event_parts",
+        "metric_values",
+        "dimensions",
     )
     return counted.withColumn(
         "metric_parts", F.map_concat(parts.visit_parts(catalog), F.col("event_parts"))) \
