@@ -43,6 +43,13 @@ def test_help_lists_the_commands():
      "weights must be positive"),
     (["maintain", "--dry-run"], {"ABSTREAM__MAINTAIN__ATTEMPTS": "0"},
      "config: maintain.attempts:"),
+    (["report", "--by", "planet"], {}, "--by planet: no such dimension in metrics.dimensions "
+                                       "(device, country)"),
+    (["report", "--by", "device", "--publish"], {}, "--by and --publish"),
+    (["metrics"], {"ABSTREAM__METRICS__DEFINITIONS": "[{name: x, kind: mean}]"},
+     "config: metrics.definitions.0: give events (a filter)"),
+    (["generate", "--events", "10", "--effect", "conversion=0.1@device=watch"], {},
+     "limited to device=watch: no such segment"),
 ])
 def test_user_errors_are_one_line_without_a_stack_trace(tmp_path, args, env, message):
     result = _run([*args, "--data-dir", str(tmp_path)], env=env)

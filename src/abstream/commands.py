@@ -129,10 +129,14 @@ def report(args: argparse.Namespace, config: Config) -> int:
 
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html: folder {args.html.parent} does not exist")
+    if args.by is not None:
+        from abstream.report.segments import dimension_named
+
+        dimension_named(config.metrics.catalog, args.by)
+        if args.publish:
+            raise UsageError("--by and --publish: the published results are the overall "
+                             "ones; run them apart")
     deployment = Deployment.open(config)
-    if args.by is not None and args.publish:
-        raise UsageError("--by and --publish: the published results are the overall ones; "
-                         "run them apart")
     report = build_report(deployment.spark, deployment.layout, config, args.by)
     if args.html is not None:
         from abstream.report.html import render_html

@@ -7,6 +7,7 @@ import pytest
 
 from abstream.errors import UsageError
 from abstream.generator.faults import MALFORMED_KINDS
+from abstream.generator.model import segment_of
 from abstream.generator.write import GeneratorSettings, generate
 from tests.reference import valid_event
 
@@ -98,23 +99,50 @@ def test_every_kind_of_malformed_record_is_produced(tmp_path):
     assert set(summary.malformed_by_kind) == set(MALFORMED_KINDS)
 
 
-def test_planted_conversion_effect_shows_in_the_treatment(tmp_path):
-    def orders_per_variant(effects, folder):
-        generate(GeneratorSettings(events=120_000, seed=21, effects=effects,
-                                   malformed_rate=0, duplicate_rate=0), folder)
-        counts = defaultdict(int)
-        for line in _lines(folder):
-            e = json.loads(line)
-            if e["type"] == "order":
-                variant = next(x["variant"] for x in e["experiments"]
-                               if x["id"] == "checkout_button")
-                counts[variant] += 1
-        return counts["treatment"] / counts["control"]
+def _orders_per_variant(effects, folder, device=None):
+    """Treatment's orders over control's in checkout_button (of one device's visitors)."""
+    generate(GeneratorSettings(events=120_000, seed=21, effects=effects,
+                               malformed_rate=0, duplicate_rate=0), folder)
+    counts = defaultdict(int)
+    for line in _lines(folder):
+        e = json.loads(line)
+        if e["type"] == "order" and device in (None, e["device"]):
+            variant = next(x["variant"] for x in e["experiments"]
+                           if x["id"] == "checkout_button")
+            counts[variant] += 1
+    return counts["treatment"] / counts["control"]
 
-    plain = orders_per_variant({}, tmp_path / "plain")
-    lifted = orders_per_variant({"conversion": 0.3}, tmp_path / "lifted")
+
+def test_planted_conversion_effect_shows_in_the_treatment(tmp_path):
+    plain = _orders_per_variant({}, tmp_path / "plain")
+    lifted = _orders_per_variant({"conversion": 0.3}, tmp_path / "lifted")
     assert 0.85 < plain < 1.15
     assert 1.15 < lifted / plain < 1.5
+
+
+def test_an_effect_limited_to_a_segment_shows_in_its_visitors_only(tmp_path):
+    effects = {"conversion@device=mobile": 0.6}
+    mobile = _orders_per_variant(effects, tmp_path / "mobile", "mobile")
+    desktop = _orders_per_variant(effects, tmp_path / "desktop", "desktop")
+    assert mobile > 1.3
+    assert 0.8 < desktop < 1.2
+
+
+def test_a_visitor_has_one_device_and_country_from_its_id_and_nothing_else_changes(sample):
+    _, _, lines = sample
+    segments: dict[str, set] = defaultdict(set)
+    for line in lines:
+        event = valid_event(line)
+        if event is not None:
+            segments[event["visitor_id"]].add((event["device"], event["country"]))
+    assert all(len(values) == 1 for values in segments.values())
+    devices = defaultdict(int)
+    for values in segments.values():
+        devices[next(iter(values))[0]] += 1
+    assert set(devices) == {"desktop", "mobile", "tablet"}
+    assert 0.45 < devices["desktop"] / len(segments) < 0.55
+    visitor, (device, country) = next((v, next(iter(s))) for v, s in segments.items())
+    assert (segment_of(visitor, "device"), segment_of(visitor, "country")) == (device, country)
 
 
 def test_rate_paces_the_writing(tmp_path):
@@ -133,6 +161,10 @@ def test_rate_paces_the_writing(tmp_path):
      r"generator: duplicate_rate must be in \[0, 1\)"),
     (GeneratorSettings(events=10, effects={"happiness": 0.1}), "unknown effect 'happiness'"),
     (GeneratorSettings(events=10, effects={"conversion": -1}), "greater than -1"),
+    (GeneratorSettings(events=10, effects={"conversion@device=watch": 0.1}),
+     r"limited to device=watch: no such segment \(device: desktop, mobile, tablet; "),
+    (GeneratorSettings(events=10, effects={"conversion@planet=mars": 0.1}),
+     "limited to planet=mars: no such segment"),
 ])
 def test_bad_settings_are_one_clear_error(tmp_path, settings, message):
     with pytest.raises(UsageError, match=message):

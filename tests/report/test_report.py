@@ -26,6 +26,7 @@ from abstream.report.build import Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
 from abstream.report.moments import EMPTY, Moments, VariantSeries
 from abstream.report.publish import publish
+from abstream.report.statistics import adjusted_p_values
 from abstream.report.text import render_text
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
@@ -309,3 +310,30 @@ def test_points_before_a_variant_has_visits_have_no_comparison():
     assert over_time[0] is None and over_time[1] is not None
     assert report.comparisons_over_time[("unseen", "conversion_rate")] == [None, None]
     assert [v.visitors for v in report.variants] == [3, 3, 0]
+
+
+def test_a_breakdown_by_device_has_each_values_visitors_and_corrects_per_family(served):
+    """``report --by device``: per value, the visitors of the reference whose first visit's
+    device it is; the p-values adjusted over each experiment and population's values,
+    metrics and variants, the guardrails apart."""
+    events, _, visitors = _reference(served.ctx)
+    device = {e["visitor_id"]: e["device"] for e in events}
+    report = build_report(served.ctx.spark, served.ctx.layout, served.ctx.config, by="device")
+    assert report.dimension == "device"
+    values = {e.segment for e in report.experiments}
+    assert values == {"desktop", "mobile", "tablet"}
+    for e in report.experiments:
+        for v in e.variants:
+            expected = [u for u in visitors.get((e.experiment_id, v.variant, e.population), {})
+                        if device[u] == e.segment]
+            assert v.visitors == len(expected), (e.experiment_id, e.population, e.segment)
+    family = [c for e in report.experiments
+              if (e.experiment_id, e.population) == (EXPERIMENT, "assigned")
+              for c in e.comparisons if c.role != "guardrail"]
+    assert len(family) > 5
+    assert [c.p_value_adjusted for c in family] == pytest.approx(
+        adjusted_p_values([c.p_value_raw for c in family], "holm"))
+    document = report.to_dict()
+    assert document["dimension"] == "device"
+    assert {e["value"] for e in document["experiments"]} == values
+    assert set(document["experiments"][0]["variants"][0]) == {"variant", "visitors"}

@@ -173,3 +173,12 @@ def test_lineage_columns_make_a_silver_row(spark):
     assert row["layer"] == "batch"
     assert row["visit_date"] == T0.date()
     assert row["computed_at"] is not None
+
+
+def test_a_visit_keeps_each_dimension_of_its_first_event_that_has_the_property(spark):
+    rows = [bronze_row("e1", T0, device=None, country="DE"),
+            bronze_row("e2", T0 + timedelta(seconds=5), device="mobile", country="FR"),
+            bronze_row("e3", T0 + timedelta(seconds=9), device="desktop")]
+    (visit,) = assemble_visits(with_visit_start(bronze_frame(spark, rows), GAP),
+                               CATALOG).collect()
+    assert visit["dimensions"] == {"device": "mobile", "country": "DE"}

@@ -348,7 +348,10 @@ class _Simulation:
             self.summary.duplicates += 1
         if self._room() and rng.random() < settings.malformed_rate:
             kind = rng.choice(self.kinds)
-            broken = MALFORMED_KINDS[kind](json.loads(line), rng)
+            # Broken from the beacon without its segments: the draws (some depend on the
+            # line's length), and so every other record of a seed, do not depend on them.
+            beacon = {k: v for k, v in json.loads(line).items() if k not in SEGMENTS}
+            broken = MALFORMED_KINDS[kind](beacon, rng)
             self._push(arrival + rng.randint(0, 1_000), broken)
             self.malformed[kind] += 1
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import groupby
 from typing import Any
@@ -19,11 +19,17 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from abstream.config import Config, MetricRole, ReportSettings
-from abstream.errors import UsageError
 from abstream.layout import Layout
 from abstream.metrics.definitions import Catalog, Definition
-from abstream.report.moments import EMPTY, Moments, VariantSeries, served_series
-from abstream.report.segments import segmented_visits, split
+from abstream.report.moments import (
+    EMPTY,
+    Coverage,
+    Moments,
+    VariantSeries,
+    coverage,
+    served_series,
+)
+from abstream.report.segments import dimension_named, segmented_visits, split
 from abstream.report.statistics import (
     Comparison,
     Inference,
@@ -200,16 +206,31 @@ class Report:
     settings: ReportSettings
     experiments: list[ExperimentReport]
     catalog: Catalog
+    #: Per definition, the served visits that have its parts.
+    coverage: dict[str, Coverage] = field(default_factory=dict)
     #: The dimension the experiments are broken down by (``report --by``).
     dimension: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
         by = {} if self.dimension is None else {"dimension": self.dimension}
-        return {"as_of": self.as_of.isoformat().replace("+00:00", "Z") if self.as_of else None,
-                "confidence": s.confidence, "inference": s.inference,
+        return {"as_of": _iso(self.as_of), "confidence": s.confidence, "inference": s.inference,
                 "sequential_tuning": s.sequential_tuning, "correction": s.correction, **by,
+                "metrics": [self._metric(d) for d in self.catalog.definitions],
                 "experiments": [e.to_dict() for e in self.experiments]}
+
+    def _metric(self, d: Definition) -> dict[str, Any]:
+        c = self.coverage.get(d.name)
+        return {"metric": d.name, "kind": d.kind, "unit": d.unit,
+                "role": self.settings.metrics.get(d.name, d.role), "better": d.better,
+                "fingerprint": d.fingerprint, "visits": c.visits if c else None,
+                "visits_without_parts": c.without if c else None,
+                "without_parts_from": _iso(c.without_from) if c else None,
+                "without_parts_to": _iso(c.without_to) if c else None}
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def _variant_order(variants: set[str]) -> list[str]:
@@ -323,24 +344,11 @@ def build_report(spark: SparkSession, layout: Layout, config: Config, by: str | 
                  ) -> Report:
     """Read the serving view and served visits, and compare every variant with control;
     ``by``: per value of that dimension (no serving view counts)."""
-    settings, catalog = config.report, config.metrics.catalog
     if by is not None:
-        dimension = catalog.dimension(by)
-        if dimension is None:
-            names = ", ".join(d.name for d in catalog.dimensions) or "none"
-            raise UsageError(f"--by {by}: no such dimension in metrics.dimensions ({names})")
-        visits = segmented_visits(serving_visits(spark, layout), dimension)
-        times, series = served_series(visits, settings.points, catalog)
-        experiments = []
-        for segmented_id, population in sorted({k[:2] for k in series}):
-            experiment_id, value = split(segmented_id)
-            experiments.append(replace(experiment_report(
-                experiment_id, population, totals={},
-                series={k[2]: s for k, s in series.items() if k[:2] == (segmented_id, population)},
-                times=times, settings=settings, catalog=catalog), segment=value))
-        as_of = newest_window_end(serving_view(spark, layout, name=None))
-        return Report(as_of, settings, judged_by_family(experiments, settings), catalog, by)
+        return _breakdown(spark, layout, config, by)
+    settings, catalog = config.report, config.metrics.catalog
     serving = serving_view(spark, layout, name=None)
+    visits = serving_visits(spark, layout)
 
     def served_totals() -> tuple[datetime | None, list[VariantTotals]]:
         as_of = newest_window_end(serving)
@@ -351,16 +359,33 @@ def build_report(spark: SparkSession, layout: Layout, config: Config, by: str | 
     # the other leaves idle while the driver plans and commits.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") as beside:
         served = beside.submit(served_totals)
-        times, series = served_series(serving_visits(spark, layout), settings.points,
-                                      config.metrics.catalog)
+        times, series = served_series(visits, settings.points, catalog)
         as_of, totals = served.result()
     keys = {(t.experiment_id, t.population) for t in totals} | {k[:2] for k in series}
+    experiments = [experiment_report(
+        experiment_id, population,
+        totals={t.variant: t for t in totals
+                if (t.experiment_id, t.population) == (experiment_id, population)},
+        series={k[2]: s for k, s in series.items() if k[:2] == (experiment_id, population)},
+        times=times, settings=settings, catalog=catalog)
+        for experiment_id, population in sorted(keys)]
+    return Report(as_of, settings, experiments, catalog, coverage(visits, catalog))
+
+
+def _breakdown(spark: SparkSession, layout: Layout, config: Config, by: str) -> Report:
+    """The report per value of the dimension ``by``, corrected per family."""
+    settings, catalog = config.report, config.metrics.catalog
+    dimension = dimension_named(catalog, by)
+    visits = serving_visits(spark, layout)
+    times, series = served_series(segmented_visits(visits, dimension), settings.points,
+                                  catalog)
     experiments = []
-    for experiment_id, population in sorted(keys):
-        experiments.append(experiment_report(
-            experiment_id, population,
-            totals={t.variant: t for t in totals
-                    if (t.experiment_id, t.population) == (experiment_id, population)},
-            series={k[2]: s for k, s in series.items() if k[:2] == (experiment_id, population)},
-            times=times, settings=settings, catalog=config.metrics.catalog))
-    return Report(as_of, settings, experiments, config.metrics.catalog)
+    for segmented_id, population in sorted({k[:2] for k in series}):
+        experiment_id, value = split(segmented_id)
+        experiments.append(replace(experiment_report(
+            experiment_id, population, totals={},
+            series={k[2]: s for k, s in series.items() if k[:2] == (segmented_id, population)},
+            times=times, settings=settings, catalog=catalog), segment=value))
+    as_of = newest_window_end(serving_view(spark, layout, name=None))
+    return Report(as_of, settings, judged_by_family(experiments, settings), catalog,
+                  coverage(visits, catalog), by)

@@ -114,6 +114,40 @@ def visit_span(visits: DataFrame) -> tuple[datetime, datetime] | None:
     return from_micros(row["first"]), from_micros(row["last"])
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """Of the served visits, how many have a definition's parts, and when the others
+    (computed before it was defined, or changed) started."""
+
+    visits: int
+    without: int
+    without_from: datetime | None
+    without_to: datetime | None
+
+
+def coverage(visits: DataFrame, catalog: Catalog) -> dict[str, Coverage]:
+    """Per definition, the served visits that have its parts and those that do not."""
+    def has(key: str) -> Column:
+        column = "metric_values" if key.startswith("list:") else "metric_parts"
+        return F.coalesce(F.map_contains_key(column, F.lit(key)), F.lit(False))
+
+    lacking = {d.name: ~reduce(Column.__and__, [has(k) for k in d.parts()])
+               for d in catalog.definitions}
+    row = visits.agg(F.count(F.lit(1)).alias("visits"), *(
+        item for name, missing in lacking.items() for item in (
+            F.count_if(missing).alias(f"{name}#without"),
+            F.unix_micros(F.min(F.when(missing, F.col("visit_start")))).alias(f"{name}#from"),
+            F.unix_micros(F.max(F.when(missing, F.col("visit_start")))).alias(f"{name}#to"))
+    )).first()
+    assert row is not None
+
+    def moment(micros: int | None) -> datetime | None:
+        return None if micros is None else from_micros(micros)
+
+    return {name: Coverage(row["visits"], row[f"{name}#without"], moment(row[f"{name}#from"]),
+                           moment(row[f"{name}#to"])) for name in lacking}
+
+
 def _unit(unit: Unit) -> Column:
     if unit == "visitor":
         return F.col("visitor_id")

@@ -17,11 +17,21 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from abstream.metrics.definitions import Dimension
+from abstream.errors import UsageError
+from abstream.metrics.definitions import Catalog, Dimension
 
 #: Between an experiment id and a dimension value in a segmented entry's id.
 SEPARATOR = "\x1f"
 OTHER, NONE = "other", "(none)"
+
+
+def dimension_named(catalog: Catalog, name: str) -> Dimension:
+    """The catalog's dimension ``name``; a ``UsageError`` naming the others without it."""
+    dimension = catalog.dimension(name)
+    if dimension is None:
+        names = ", ".join(d.name for d in catalog.dimensions) or "none"
+        raise UsageError(f"--by {name}: no such dimension in metrics.dimensions ({names})")
+    return dimension
 
 
 def segmented_visits(visits: DataFrame, dimension: Dimension) -> DataFrame:

@@ -96,6 +96,19 @@ def rule(report: Report) -> str:
             "population; MDE: 80% power at this sample")
 
 
+def coverage_lines(report: Report) -> list[str]:
+    """A line per definition that some served visits were computed without: its numbers
+    leave those visits out until the batch layer computes them again."""
+    lines = []
+    for name, c in report.coverage.items():
+        if c.without and c.without_from and c.without_to:
+            span = f"{c.without_from:%Y-%m-%d %H:%M} to {c.without_to:%Y-%m-%d %H:%M} UTC"
+            lines.append(f"{name}: {c.without:,} of {c.visits:,} visits (started {span}) were "
+                         "computed before this definition: left out; `abstream batch --all` "
+                         "(or --from/--to over them) computes them again")
+    return lines
+
+
 def render_text(report: Report) -> str:
     if not report.experiments:
         return "no experiment data yet (run the pipeline first)"
@@ -103,7 +116,7 @@ def render_text(report: Report) -> str:
     by = "" if report.dimension is None else \
         f" by {report.dimension} (p adj. over each experiment's values, guardrails apart)"
     blocks = [f"experiment report as of {as_of}; comparisons per visitor over closed "
-              f"visits; {rule(report)}{by}"]
+              f"visits; {rule(report)}{by}", *coverage_lines(report)]
     for e in report.experiments:
         lines = [f"{title(e, report.dimension)}: {status(e)}; {srm_line(e)}"]
         if e.segment is None:
