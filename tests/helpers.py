@@ -13,7 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import Config, EventsSettings
@@ -63,6 +63,16 @@ def bronze_row(event_id: str, event_ts: datetime, **fields: object) -> tuple[obj
     if unknown:
         raise TypeError(f"bronze has no field {sorted(unknown)}")
     return tuple(values[name] for name in EVENTS.fieldNames())
+
+
+def assigned_entry(experiment: Column, variant: Column) -> Column:
+    """A silver visit's entry (``VISIT_ENTRY``) of a visit never exposed to the experiment."""
+    return F.struct(experiment.alias("id"), variant.alias("variant"),
+                    F.lit(False).alias("qualified"),
+                    F.lit(None).cast("timestamp").alias("exposed_at"),
+                    F.lit(0).cast("long").alias("exposed_orders"),
+                    F.lit(0).cast("decimal(28,2)").alias("exposed_revenue"),
+                    F.create_map().cast("map<string,double>").alias("exposed_parts"))
 
 
 def bronze_frame(spark: SparkSession, rows: Iterable[tuple[object, ...]]) -> DataFrame:

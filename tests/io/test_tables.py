@@ -212,17 +212,17 @@ def test_a_property_added_to_the_mapping_is_a_new_bronze_column_null_before(spar
     path = ensure_table(spark, events_table(EventsSettings()), layout)
     spark.range(1).select(*(_any_value(f) for f in EVENTS.fields)) \
         .write.format("delta").mode("append").save(path)
-    wider = events_table(_with_properties(device="string", first_visit="boolean"))
+    wider = events_table(_with_properties(browser="string", first_visit="boolean"))
 
     with caplog.at_level(logging.INFO, logger="abstream.io.tables"):
         ensure_table(spark, wider, layout)
         ensure_table(spark, wider, layout)
 
     bronze = spark.read.format("delta").load(path)
-    assert bronze.columns == [*EVENTS.fieldNames(), "device", "first_visit"]
-    assert bronze.select("device", "first_visit").collect() == [(None, None)]
+    assert bronze.columns == [*EVENTS.fieldNames(), "browser", "first_visit"]
+    assert bronze.select("browser", "first_visit").collect() == [(None, None)]
     assert [r.getMessage() for r in caplog.records] == [
-        f"the events table at {path} has new columns: device, first_visit (the rows written "
+        f"the events table at {path} has new columns: browser, first_visit (the rows written "
         "before read them as NULL)"]
 
 

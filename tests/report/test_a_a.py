@@ -24,7 +24,8 @@ from abstream.config import ReportSettings
 from abstream.report.build import ExperimentReport, experiment_report
 from abstream.report.moments import VariantSeries, served_series
 from abstream.report.statistics import Comparison, adjusted_p_values
-from tests.helpers import CATALOG
+from abstream.schemas import EVENT_LISTS
+from tests.helpers import CATALOG, assigned_entry
 
 METRICS = CATALOG.definitions
 
@@ -65,14 +66,9 @@ def _visits(spark: SparkSession, prefix: str, experiments: int, visitors: int,
         (F.rand(8) < 0.2 + F.col("propensity")).alias("is_bounce"),
         (F.rand(9) < 0.1).alias("is_error_visit"),
         F.lit(True).alias("final"),
-        F.array(F.struct(F.col("experiment").alias("id"), F.col("variant").alias("variant"),
-                         F.lit(False).alias("qualified"),
-                         F.lit(None).cast("timestamp").alias("exposed_at"),
-                         F.lit(0).cast("long").alias("exposed_orders"),
-                         F.lit(0).cast("decimal(28,2)").alias("exposed_revenue"),
-                         F.create_map().cast("map<string,double>").alias("exposed_parts")))
-        .alias("experiments"),
-    ).withColumn("metric_parts", F.create_map(
+        F.array(assigned_entry(F.col("experiment"), F.col("variant"))).alias("experiments"),
+    ).withColumn("metric_values", F.lit(None).cast(EVENT_LISTS)) \
+        .withColumn("metric_parts", F.create_map(
         F.lit("visits"), F.lit(1.0), F.lit("bounce_visits"), F.col("is_bounce").cast("double"),
         F.lit("error_visits"), F.col("is_error_visit").cast("double"),
         F.lit("count[order]"), F.col("orders").cast("double"),

@@ -30,7 +30,8 @@ VISIT_SCHEMA = (
     "visitor_id string, visit_start timestamp, orders long, revenue decimal(28,2), "
     "is_bounce boolean, is_error_visit boolean, final boolean, "
     f"experiments {SESSIONS['experiments'].dataType.simpleString()}, "
-    "metric_parts map<string,double>")
+    "metric_parts map<string,double>, "
+    f"metric_values {SESSIONS['metric_values'].dataType.simpleString()}")
 
 
 def _visit_lines(visits: list[dict]) -> list[str]:

@@ -17,6 +17,7 @@ from abstream.metrics.definitions import Catalog
 from abstream.report.build import ExperimentReport, experiment_report
 from abstream.report.moments import VariantSeries, served_series
 from abstream.report.statistics import Inference, QuantileMoments, quantile_test
+from tests.helpers import assigned_entry
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,8 @@ def simulated(spark) -> Simulated:
         F.create_map().cast("map<string,double>").alias("metric_parts"),
         F.create_map(F.lit(KEY), F.transform(F.sequence(F.lit(1), "events"), lambda _: value))
         .alias("metric_values"),
-        F.array(F.struct(F.col("experiment").alias("id"), F.col("variant").alias("variant"),
-                         F.lit(False).alias("qualified"),
-                         F.lit(None).cast("timestamp").alias("exposed_at"),
-                         F.lit(0).cast("long").alias("exposed_orders"),
-                         F.lit(0).cast("decimal(28,2)").alias("exposed_revenue"),
-                         F.create_map().cast("map<string,double>").alias("exposed_parts")))
-        .alias("experiments")).cache()
+        F.array(assigned_entry(F.col("experiment"), F.col("variant"))).alias("experiments")) \
+        .cache()
     try:
         times, series = served_series(visits, 2, CATALOG)
     finally:

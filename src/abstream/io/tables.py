@@ -181,26 +181,30 @@ def events_table(events: EventsSettings) -> TableSpec:
     return replace(EVENTS_TABLE, schema=bronze_schema(events))
 
 
-def _new_fields(found: DataType, wanted: DataType, name: str) -> list[str] | None:
-    """The fields ``wanted`` has and ``found`` lacks, as ``ADD COLUMNS`` names them
-    (``experiments.element.exposed_parts map<string,double>``), or None where a type
-    changed."""
+class _TypeChanged(Exception):
+    def __init__(self, name: str, found: DataType, wanted: DataType) -> None:
+        super().__init__(name)
+        self.name, self.found, self.wanted = name, found, wanted
+
+
+def _new_fields(found: DataType, wanted: DataType, prefix: str = "") -> list[str]:
+    """The columns and struct fields ``wanted`` has and ``found`` lacks, as ``ADD COLUMNS``
+    names them (``experiments.element.exposed_parts map<string,double>``); raises
+    ``_TypeChanged`` where a type changed."""
     if found.simpleString() == wanted.simpleString():
         return []
     if isinstance(found, ArrayType) and isinstance(wanted, ArrayType):
-        return _new_fields(found.elementType, wanted.elementType, f"{name}.element")
+        return _new_fields(found.elementType, wanted.elementType, f"{prefix}element.")
     if not (isinstance(found, StructType) and isinstance(wanted, StructType)):
-        return None
+        raise _TypeChanged(prefix.rstrip("."), found, wanted)
     have = {f.name: f.dataType for f in found.fields}
     added = []
     for field in wanted.fields:
-        if field.name not in have:
-            added.append(f"{name}.`{field.name}` {field.dataType.simpleString()}")
-            continue
-        inner = _new_fields(have[field.name], field.dataType, f"{name}.`{field.name}`")
-        if inner is None:
-            return None
-        added += inner
+        name = f"{prefix}`{field.name}`"
+        if field.name in have:
+            added += _new_fields(have[field.name], field.dataType, f"{name}.")
+        else:
+            added.append(f"{name} {field.dataType.simpleString()}")
     return added
 
 
@@ -209,20 +213,14 @@ def _add_new_columns(spark: SparkSession, spec: TableSpec, path: str) -> None:
     lacks: a property added to the input mapping, a column a newer version writes; the rows
     written before read them as NULL. Refuse a column whose type changed, which Delta
     would refuse at every append. Columns ``spec`` no longer has stay, NULL from now on."""
-    found = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
-    added = []
-    for field in spec.schema:
-        if field.name not in found:
-            added.append(f"`{field.name}` {field.dataType.simpleString()}")
-            continue
-        inner = _new_fields(found[field.name], field.dataType, f"`{field.name}`")
-        if inner is None:
-            raise AbstreamError(
-                f"the {spec.name} table at {path} holds {field.name} as "
-                f"{found[field.name].simpleString()}, this version and configuration make "
-                f"it {field.dataType.simpleString()}: keep its type, or give the property "
-                "another name")
-        added += inner
+    try:
+        added = _new_fields(spark.read.format("delta").load(path).schema, spec.schema)
+    except _TypeChanged as changed:
+        raise AbstreamError(
+            f"the {spec.name} table at {path} holds {changed.name.replace('`', '')} as "
+            f"{changed.found.simpleString()}, this version and configuration make it "
+            f"{changed.wanted.simpleString()}: keep its type, or give the property another "
+            "name") from None
     if not added:
         return
     spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(added)})")
