@@ -8,11 +8,15 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from abstream import __version__, commands
 from abstream.config import load_config
 from abstream.durations import parse_duration
 from abstream.errors import AbstreamError, first_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("abstream")
 
@@ -230,6 +234,7 @@ COMMANDS = {"generate": commands.generate, "run": commands.run, "demo": commands
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args)
+    before = _active_spark()
     try:
         config = load_config(args.config, data_dir=args.data_dir)
         return COMMANDS[args.command](args, config)
@@ -248,7 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"abstream: error: {first_line(exc)} (run with -v for details)", file=sys.stderr)
         return 1
     finally:
-        _stop_spark()
+        started = _active_spark()
+        # A session the caller had (main called from Python) is the caller's to stop.
+        if started is not None and started is not before:
+            started.stop()
 
 
 def _is_spark_error(exc: BaseException) -> bool:
@@ -258,11 +266,9 @@ def _is_spark_error(exc: BaseException) -> bool:
     return isinstance(exc, PySparkException | Py4JError)
 
 
-def _stop_spark() -> None:
+def _active_spark() -> SparkSession | None:
     if "pyspark" not in sys.modules:
-        return
+        return None
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        session.stop()
+    return SparkSession.getActiveSession()

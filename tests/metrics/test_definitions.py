@@ -181,8 +181,10 @@ def test_a_config_whose_catalog_does_not_fit_its_events_is_one_line(tmp_path):
         load_config(path, environ={})
 
 
-def test_abstream_metrics_prints_the_catalog_and_yaml_that_reads_back(capsys, tmp_path):
+def test_abstream_metrics_prints_the_catalog_and_yaml_that_reads_back(capsys, tmp_path,
+                                                                      spark):
     assert main(["metrics"]) == 0
+    assert spark.range(3).count() == 3, "main leaves the caller's session running"
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["name", "kind", "unit", "role", "better", "fingerprint",
                                 "parts"]
