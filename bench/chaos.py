@@ -84,6 +84,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from tests import reference
 from tests.helpers import landing_records, totals
 from tests.servers import free_port
@@ -160,6 +161,7 @@ class Comparison:
                  expected, lost, extra, mark)
 
     def frames(self, name: str, expected: DataFrame, actual: DataFrame) -> None:
+        expected, actual = comparable(expected), comparable(actual)
         self.add(name, expected.count(), actual.count(), expected.exceptAll(actual).count(),
                  actual.exceptAll(expected).count())
 
@@ -469,6 +471,35 @@ def compare_batch(comparison: Comparison, stage: str, spark: SparkSession, expec
 
     compare(comparison, stage, frames(expected), frames(actual))
     comparison.rows(f"{stage} batch_coverage", coverage(expected), coverage(actual))
+
+
+def _has_map(kind: DataType) -> bool:
+    if isinstance(kind, MapType):
+        return True
+    if isinstance(kind, ArrayType):
+        return _has_map(kind.elementType)
+    return isinstance(kind, StructType) and any(_has_map(f.dataType) for f in kind.fields)
+
+
+def _comparable_column(column: Column, kind: DataType) -> Column:
+    """``column`` with each map as its entries in key order: maps cannot be compared."""
+    if not _has_map(kind):
+        return column
+    if isinstance(kind, MapType):
+        return F.array_sort(F.transform(F.map_entries(column), lambda e: F.struct(
+            e["key"].alias("key"),
+            _comparable_column(e["value"], kind.valueType).alias("value"))))
+    if isinstance(kind, ArrayType):
+        return F.transform(column, lambda e: _comparable_column(e, kind.elementType))
+    assert isinstance(kind, StructType)
+    return F.struct(*(_comparable_column(column[f.name], f.dataType).alias(f.name)
+                      for f in kind.fields))
+
+
+def comparable(frame: DataFrame) -> DataFrame:
+    """``frame`` with its maps as sorted entries, so that set operations can compare it."""
+    return frame.select(*(_comparable_column(F.col(f.name), f.dataType).alias(f.name)
+                          for f in frame.schema.fields))
 
 
 def _layer(spark: SparkSession, spec: TableSpec, layout: Layout, layer: str) -> DataFrame:

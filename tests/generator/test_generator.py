@@ -99,33 +99,34 @@ def test_every_kind_of_malformed_record_is_produced(tmp_path):
     assert set(summary.malformed_by_kind) == set(MALFORMED_KINDS)
 
 
-def _orders_per_variant(effects, folder, device=None):
-    """Treatment's orders over control's in checkout_button (of one device's visitors)."""
+def _orders_per_variant(effects, folder) -> dict[str | None, float]:
+    """Treatment's orders over control's in checkout_button: of all visitors (None) and of
+    each device's."""
     generate(GeneratorSettings(events=120_000, seed=21, effects=effects,
                                malformed_rate=0, duplicate_rate=0), folder)
     counts = defaultdict(int)
     for line in _lines(folder):
         e = json.loads(line)
-        if e["type"] == "order" and device in (None, e["device"]):
+        if e["type"] == "order":
             variant = next(x["variant"] for x in e["experiments"]
                            if x["id"] == "checkout_button")
-            counts[variant] += 1
-    return counts["treatment"] / counts["control"]
+            counts[(None, variant)] += 1
+            counts[(e["device"], variant)] += 1
+    return {device: counts[(device, "treatment")] / counts[(device, "control")]
+            for device in (None, "desktop", "mobile", "tablet")}
 
 
 def test_planted_conversion_effect_shows_in_the_treatment(tmp_path):
-    plain = _orders_per_variant({}, tmp_path / "plain")
-    lifted = _orders_per_variant({"conversion": 0.3}, tmp_path / "lifted")
+    plain = _orders_per_variant({}, tmp_path / "plain")[None]
+    lifted = _orders_per_variant({"conversion": 0.3}, tmp_path / "lifted")[None]
     assert 0.85 < plain < 1.15
     assert 1.15 < lifted / plain < 1.5
 
 
 def test_an_effect_limited_to_a_segment_shows_in_its_visitors_only(tmp_path):
-    effects = {"conversion@device=mobile": 0.6}
-    mobile = _orders_per_variant(effects, tmp_path / "mobile", "mobile")
-    desktop = _orders_per_variant(effects, tmp_path / "desktop", "desktop")
-    assert mobile > 1.3
-    assert 0.8 < desktop < 1.2
+    ratios = _orders_per_variant({"conversion@device=mobile": 0.6}, tmp_path)
+    assert ratios["mobile"] > 1.3
+    assert 0.8 < ratios["desktop"] < 1.2
 
 
 def test_a_visitor_has_one_device_and_country_from_its_id_and_nothing_else_changes(sample):

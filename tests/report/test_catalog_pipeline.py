@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from bench.chaos import comparable
 from pyspark.sql import functions as F
 
 from abstream.batch.layer import BatchRequest, run_batch
@@ -197,16 +198,9 @@ def test_per_dimension_value_the_sums_equal_the_reference(pipeline):
 def test_the_speed_layers_visits_have_the_parts_of_the_batch_layers(pipeline):
     ctx, _ = pipeline
     silver = ctx.spark.read.format("delta").load(ctx.layout.sessions)
-
-    def entries(column: str) -> F.Column:
-        """A map as its entries in key order: maps cannot be compared."""
-        return F.array_sort(F.map_entries(column))
-
-    columns = ("session_id", "visit_start", *(entries(c).alias(c) for c in (
-        "metric_parts", "metric_values", "dimensions")),
-        F.transform("experiments", lambda e: e.withField(
-            "exposed_parts", F.array_sort(F.map_entries(e["exposed_parts"])))))
-    speed = silver.where("layer = 'speed'").select(*columns)
-    batch = silver.where("layer = 'batch'").select(*columns)
+    columns = ("session_id", "visit_start", "metric_parts", "metric_values", "dimensions",
+               "experiments")
+    speed = comparable(silver.where("layer = 'speed'").select(*columns))
+    batch = comparable(silver.where("layer = 'batch'").select(*columns))
     assert speed.count() > 300
     assert speed.exceptAll(batch).count() == 0

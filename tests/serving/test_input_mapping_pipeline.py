@@ -26,6 +26,8 @@ SHAPE = EventsSettings.model_validate({
     "experiments": {"path": "ab", "id": "key", "variant": "arm", "qualified": "exposed"},
     "properties": {
         "page": {"path": "ctx.page"},
+        "device": {"path": "ctx.device"},
+        "country": {"path": "ctx.country"},
         "revenue": {"path": "props.amount", "type": "decimal", "min": 0, "max": 1e15,
                     "types": ["order"]},
         "units": {"path": "props.qty", "type": "long", "min": 0, "types": ["order"]},
@@ -44,7 +46,8 @@ def _rewritten(line: str) -> str:
     return json.dumps({
         "id": b.get("event_id"), "at": millis, "ev": b.get("type"),
         "user": {"anon": b.get("visitor_id")},
-        "ctx": {"sid": b.get("session_id"), "page": b.get("page")},
+        "ctx": {"sid": b.get("session_id"), "page": b.get("page"), "device": b.get("device"),
+                "country": b.get("country")},
         "ab": [{"key": e.get("id"), "arm": e.get("variant"), "exposed": e.get("qualified")}
                for e in b.get("experiments") or []],
         "props": {"amount": b.get("revenue"), "qty": b.get("units"),
