@@ -131,8 +131,8 @@ def _session_window(i: Inputs) -> DataFrame:
 
 
 def _started(i: Inputs) -> DataFrame:
-    return sessions.with_visit_start(i.events().select(*sessions.SESSION_INPUT),
-                                     i.config.sessionize.gap)
+    columns = sessions.session_columns(i.config.metrics.catalog, i.config.events)
+    return sessions.with_visit_start(i.events().select(*columns), i.config.sessionize.gap)
 
 
 def _visits(i: Inputs) -> DataFrame:

@@ -57,6 +57,8 @@ from bench.common import RESULTS, dataset_parser, log_progress, write_result
 log = logging.getLogger("bench.sessionize")
 GAP = timedelta(minutes=35)
 LATENESS = timedelta(minutes=15)
+#: The bronze columns sessionized: those of the default catalog.
+COLUMNS = sessions.session_columns(default_catalog(), EventsSettings())
 #: As abstream's sessionize reads bronze: a few commits per micro-batch.
 MAX_FILES_PER_TRIGGER = 8
 #: Spark's streaming state store as abstream configured it before its speed layer dropped
@@ -153,7 +155,7 @@ def _in_store(operator: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame
 def native(events: DataFrame) -> DataFrame:
     """session_window over the columns abstream sessionizes, with silver's counters and the
     experiment entries collected."""
-    return events.select(*sessions.SESSION_INPUT) \
+    return events.select(*COLUMNS) \
         .groupBy("session_id", F.session_window("event_ts", spark_interval(GAP))).agg(
             F.min("event_ts").alias("visit_start"),
             *sessions.visit_counters(default_catalog()),
@@ -182,7 +184,7 @@ def batch(events: DataFrame, checkpoint: Path) -> DataStreamWriter:
     visits' events, read from its state snapshot)."""
     def write(new: DataFrame, batch_id: int) -> None:
         visits = sessions.assemble_visits(
-            sessions.with_visit_start(new.select(*sessions.SESSION_INPUT), GAP),
+            sessions.with_visit_start(new.select(*COLUMNS), GAP),
             default_catalog())
         visits.write.format("noop").mode("overwrite").save()
 

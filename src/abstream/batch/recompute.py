@@ -90,7 +90,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     gap = config.sessionize.gap
     catalog = config.metrics.catalog
     # The bronze columns sessions and metrics read (pruned before de-duplication).
-    columns = sessions.session_input(sessions.catalog_properties(catalog, config.events))
+    columns = sessions.session_columns(catalog, config.events)
     windowing = gold.Windowing.of(config.metrics)
     needed_end = span.end + windowing.length - windowing.step
     read = TimeRange(max(span.start - config.batch.lookahead, data.start),

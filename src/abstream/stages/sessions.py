@@ -64,6 +64,11 @@ def session_input(properties: dict[str, DataType]) -> tuple[str, ...]:
     return (*SESSION_INPUT[:-1], *properties, SESSION_INPUT[-1])
 
 
+def session_columns(catalog: Catalog, events: EventsSettings) -> tuple[str, ...]:
+    """The bronze columns sessions and the ``catalog``'s metrics read."""
+    return session_input(catalog_properties(catalog, events))
+
+
 def with_measured_properties(events: DataFrame) -> DataFrame:
     """Bronze ``events`` with the properties the metrics read (``MEASURED``), of their
     types."""
