@@ -15,11 +15,13 @@ from pyspark.sql import functions as F
 from abstream.config import ReportSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.metrics.definitions import Catalog
-from abstream.report.build import experiment_report
-from abstream.report.moments import VariantSeries, served_series
+from abstream.report.build import Report, experiment_report
+from abstream.report.moments import VariantSeries, coverage, served_series
 from abstream.report.statistics import Z_RANK
+from abstream.report.text import coverage_lines
 from abstream.stages.sessions import assemble_visits, with_visit_start
 from tests import reference
+from tests.helpers import CATALOG as DEFAULT
 from tests.helpers import bronze_frame, bronze_row, landing_records
 from tests.report.test_gbstats import assert_equal_to_growthbook
 
@@ -180,3 +182,26 @@ def test_a_window_counts_fewer_events_than_no_window(served):
     spec = whole.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert sums("revenue_day_after") < sum(
         s["x"] for s in reference.unit_sums(served.visits, spec).values())
+
+
+def test_visits_computed_before_a_definition_are_counted_and_named(spark):
+    """Visits assembled with the default catalog lack the parts of a new definition: the
+    report counts them, says when they started, and how to compute them again."""
+    t0 = datetime(2026, 1, 5, 10, 0)
+    rows = [bronze_row(f"e{i}", t0 + timedelta(hours=i), session_id=f"s{i}", type="order",
+                       revenue="5.00", units=1) for i in range(3)]
+    visits = assemble_visits(with_visit_start(bronze_frame(spark, rows), timedelta(minutes=35)),
+                             DEFAULT)
+    newer = Catalog(definitions=[*DEFAULT.definitions, CATALOG.get("bulk_orders")])
+    found = coverage(visits, newer)
+    assert found["conversion_rate"].without == 0
+    bulk = found["bulk_orders"]
+    assert (bulk.visits, bulk.without) == (3, 3)
+    assert (bulk.without_from, bulk.without_to) == (t0.replace(tzinfo=UTC),
+                                                    (t0 + timedelta(hours=2)).replace(tzinfo=UTC))
+    report = Report(None, ReportSettings(), [], newer, found)
+    assert coverage_lines(report) == [
+        "bulk_orders: 3 of 3 visits (started 2026-01-05 10:00 to 2026-01-05 12:00 UTC) were "
+        "computed before this definition: left out; `abstream batch --all` (or --from/--to "
+        "over them) computes them again"]
+    assert report.to_dict()["metrics"][-1]["visits_without_parts"] == 3

@@ -13,6 +13,7 @@ from abstream.report.text import (
     COMPARISON_HEADER,
     VARIANT_HEADER,
     comparison_row,
+    coverage_lines,
     rule,
     srm_line,
     status,
@@ -125,10 +126,12 @@ def render_html(report: Report) -> str:
              f"by Welch's t-test). Shown: {rule(report)}. Bold rows are significant. Plots "
              "are cumulative: each point uses every visit started before it; the shaded band "
              "is the fixed-horizon interval, the dashed lines the confidence sequence.")
+    notes = "".join(f"<p>{escape(line)}</p>" for line in coverage_lines(report))
     sections = [_section(e, report) for e in report.experiments] or \
         ["<p>No experiment data yet: run the pipeline first.</p>"]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>abstream experiment report</title><style>{_STYLE}</style></head><body>"
-        f"<h1>Experiment report</h1><p>{escape(intro)}</p>{''.join(sections)}</body></html>\n"
+        f"<h1>Experiment report</h1><p>{escape(intro)}</p>{notes}{''.join(sections)}"
+        "</body></html>\n"
     )
