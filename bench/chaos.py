@@ -454,22 +454,24 @@ def speed_frames(spark: SparkSession, layout: Layout, source: str) -> dict[str, 
     }
 
 
+def batch_frames(spark: SparkSession, layout: Layout) -> dict[str, DataFrame]:
+    """The batch layer's sessions and gold rows as compared."""
+    return {
+        "sessions": _layer(spark, SESSIONS_TABLE, layout, "batch").drop("computed_at"),
+        "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "batch")
+        .drop("computed_at", "visitors_sketch"),
+    }
+
+
 def compare_batch(comparison: Comparison, stage: str, spark: SparkSession, expected: Layout,
                   actual: Layout) -> None:
     """The batch layer's tables as compared: its sessions, its gold rows, the latest
     coverage of each range."""
-    def frames(layout: Layout) -> dict[str, DataFrame]:
-        return {
-            "sessions": _layer(spark, SESSIONS_TABLE, layout, "batch").drop("computed_at"),
-            "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "batch")
-            .drop("computed_at", "visitors_sketch"),
-        }
-
     def coverage(layout: Layout) -> list[tuple[object, ...]]:
         return [tuple(getattr(c, name) for name in COVERAGE_COLUMNS)
                 for c in latest_coverage(spark, layout)]
 
-    compare(comparison, stage, frames(expected), frames(actual))
+    compare(comparison, stage, batch_frames(spark, expected), batch_frames(spark, actual))
     comparison.rows(f"{stage} batch_coverage", coverage(expected), coverage(actual))
 
 

@@ -1,22 +1,44 @@
-"""A team's own event format through the whole pipeline: the generator's beacons rewritten in
-another shape (nested paths, epoch milliseconds, experiments under other keys), read
-through an input mapping that says so, make the same bronze, visits and gold, speed and
-batch layer alike, as the beacons read through the default mapping."""
+"""A team's own event format and metrics through the whole pipeline.
+
+The generator's beacons are rewritten in another shape (nested paths, epoch milliseconds,
+experiments under other keys) and read through an input mapping that says so, with a
+catalog of every kind of definition (a proportion, a count mean, a capped value mean, a
+ratio, a quantile, a visit-unit metric, a window) and a dimension of its own. After
+``run --once`` and ``batch --all``:
+
+- bronze, quarantine, visits and gold, speed and batch layer alike, are those of the
+  beacons read through the default mapping (but for the catalog's columns of silver);
+- each definition's sums over the served visits, per experiment, variant and population
+  and per value of the dimension, equal the plain-Python reference computed from the
+  definitions (``tests/reference.py``);
+- the speed layer's visits carry the same catalog parts as the batch layer's.
+"""
+
+from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.chaos import Comparison, compare, compare_batch, speed_frames
+import pytest
+from bench.chaos import Comparison, batch_frames, comparable, compare, speed_frames
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import EventsSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
+from abstream.metrics.definitions import Catalog
+from abstream.report.moments import VariantSeries, served_series
+from abstream.report.segments import segmented_visits, split
+from abstream.report.statistics import Z_RANK
+from abstream.serving.view import serving_visits
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import RunStats
 from abstream.speed.runner import run_once
-from tests.helpers import make_config, write_lines
-from tests.reference import parse_ts
+from tests import reference
+from tests.helpers import landing_records, make_config, write_lines
 
 #: Where the rewritten events keep each beacon field.
 SHAPE = EventsSettings.model_validate({
@@ -34,13 +56,34 @@ SHAPE = EventsSettings.model_validate({
         "page_load_ms": {"path": "props.load", "type": "long", "min": 0,
                          "types": ["pageview"]}},
 })
+METRICS = {
+    "definitions": [
+        {"name": "buyers", "kind": "proportion", "events": "order", "role": "primary"},
+        {"name": "pageviews", "kind": "mean", "events": "pageview"},
+        {"name": "spend_capped", "kind": "mean", "events": "order", "value": "revenue",
+         "cap": {"absolute": 80}},
+        {"name": "basket_value", "kind": "ratio",
+         "numerator": {"events": "order", "value": "revenue"},
+         "denominator": {"events": "order"}},
+        {"name": "load_p90", "kind": "quantile", "events": "pageview",
+         "value": "page_load_ms", "quantile": 0.9, "role": "guardrail", "better": "lower"},
+        {"name": "big_baskets_per_visit", "kind": "mean", "unit": "visit",
+         "events": {"type": "order", "where": {"units": {"ge": 2}}}},
+        {"name": "orders_first_hour", "kind": "ratio",
+         "numerator": {"events": "order"}, "denominator": {"visits": "all"},
+         "window": {"length": "1 hour"}},
+    ],
+    "dimensions": [{"name": "device", "property": "device", "max_values": 2}],
+}
+#: Silver's columns that the catalog decides.
+CATALOG_COLUMNS = ("metric_parts", "metric_values", "dimensions")
 
 
 def _rewritten(line: str) -> str:
     """A beacon in the other shape (a line that is no beacon, as it is)."""
     try:
         b = json.loads(line)
-        millis = int(parse_ts(b["event_ts"]).timestamp() * 1000)
+        millis = int(reference.parse_ts(b["event_ts"]).timestamp() * 1000)
     except (ValueError, TypeError, KeyError, AttributeError):
         return line
     return json.dumps({
@@ -55,25 +98,140 @@ def _rewritten(line: str) -> str:
     })
 
 
-def test_events_of_another_shape_make_the_same_tables_as_the_beacons(ctx, tmp_path):
-    beacons = Path(ctx.layout.landing)
-    generate(GeneratorSettings(events=800, seed=31, malformed_rate=0.0,
-                               file_events=400), beacons)
-    other = Layout.of(tmp_path / "other")
-    shaped = Context(ctx.spark, make_config(tmp_path / "other").model_copy(
-        update={"events": SHAPE}), other, RunStats())
-    for path in sorted(beacons.glob("beacons-*")):
-        write_lines(Path(other.landing), path.name,
-                    map(_rewritten, path.read_text().splitlines()))
+@dataclass(frozen=True)
+class Runs:
+    beacons: Context
+    shaped: Context
+    #: The reference's visits of the valid beacons.
+    visits: list[dict]
 
-    for context in (ctx, shaped):
+
+@pytest.fixture(scope="module")
+def runs(spark, tmp_path_factory) -> Runs:
+    root = tmp_path_factory.mktemp("mapping")
+    contexts = []
+    for name, sections in (("beacons", {}), ("shaped", {"events": SHAPE, "metrics": METRICS})):
+        data = root / name
+        contexts.append(Context(spark, make_config(data, **sections), Layout.of(data),
+                                RunStats()))
+    beacons, shaped = contexts
+    # No late events: the speed layer's visits are then the batch layer's.
+    generate(GeneratorSettings(events=800, seed=31, malformed_rate=0.0, late_rate=0,
+                               file_events=400), Path(beacons.layout.landing))
+    lines = landing_records(Path(beacons.layout.landing))
+    for path in sorted(Path(beacons.layout.landing).glob("beacons-*")):
+        write_lines(Path(shaped.layout.landing), path.name,
+                    map(_rewritten, path.read_text().splitlines()))
+    for context in contexts:
         run_once(context, pipeline_components(context.config))
         run_batch(context, BatchRequest("all"))
+    return Runs(beacons, shaped, reference.visits(reference.valid_unique_events(lines)))
 
+
+def _without_catalog(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
+    """The tables as compared across catalogs: silver without the catalog's columns."""
+    sessions = frames["sessions"].drop(*CATALOG_COLUMNS).withColumn(
+        "experiments", F.transform("experiments", lambda e: e.dropFields("exposed_parts")))
+    return {**frames, "sessions": sessions}
+
+
+def test_events_of_another_shape_make_the_same_tables_as_the_beacons(runs):
+    spark, expected, actual = runs.beacons.spark, runs.beacons.layout, runs.shaped.layout
     comparison = Comparison()
-    compare(comparison, "speed", speed_frames(ctx.spark, ctx.layout, "files"),
-            speed_frames(ctx.spark, other, "files"))
-    compare_batch(comparison, "batch", ctx.spark, ctx.layout, other)
+    compare(comparison, "speed", _without_catalog(speed_frames(spark, expected, "files")),
+            _without_catalog(speed_frames(spark, actual, "files")))
+    compare(comparison, "batch", _without_catalog(batch_frames(spark, expected)),
+            _without_catalog(batch_frames(spark, actual)))
     assert comparison.tables["speed events"]["rows"] > 700
     assert comparison.summary() == {"lost_rows": 0, "duplicate_rows": 0,
                                     "mismatched_tables": 0}, comparison.tables
+
+
+def _spec(definition) -> dict:
+    return definition.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _assert_sums(series: dict[tuple[str, str, str], VariantSeries], visits: list[dict],
+                 catalog: Catalog) -> int:
+    """Every definition's sums in ``series`` equal the reference's over ``visits``; how
+    many numbers were compared."""
+    compared = 0
+    for definition in catalog.definitions:
+        name = definition.name
+        if definition.kind == "quantile":
+            expected = reference.quantile_sums(visits, _spec(definition), Z_RANK)
+            found = {(e, v, p): {k: getattr(s.quantiles[name], k)
+                                 for k in next(iter(expected.values()))}
+                     for (e, p, v), s in series.items() if name in s.quantiles}
+        else:
+            expected = reference.unit_sums(visits, _spec(definition))
+            found = {(e, v, p): {k: s.total.sums.get(f"{name}#{k}", 0.0)
+                                 for k in next(iter(expected.values()))}
+                     for (e, p, v), s in series.items()}
+        assert set(found) == set(expected), name
+        for key, sums in expected.items():
+            assert found[key] == pytest.approx(sums, rel=1e-9, abs=1e-6), (name, key)
+            compared += len(sums)
+    return compared
+
+
+def test_every_definition_over_the_served_visits_equals_the_reference(runs):
+    ctx = runs.shaped
+    served = serving_visits(ctx.spark, ctx.layout)
+    assert served.where(~F.col("final")).count() == 0
+    _, series = served_series(served, 4, ctx.config.metrics.catalog)
+
+    assert _assert_sums(series, runs.visits, ctx.config.metrics.catalog) > 400
+
+
+def test_per_dimension_value_the_sums_equal_the_reference(runs):
+    """Each unit in the value of its first visit in the experiment; the values beyond
+    the 2 with the most units of an experiment are ``other``."""
+    ctx, visits = runs.shaped, runs.visits
+    catalog = ctx.config.metrics.catalog
+    segmented = segmented_visits(serving_visits(ctx.spark, ctx.layout),
+                                 catalog.dimension("device"))
+    _, series = served_series(segmented, 4, catalog)
+
+    first: dict[tuple[str, str], tuple] = {}
+    for visit in visits:
+        for experiment, _ in visit["entries"]:
+            key = (experiment, visit["visitor"])
+            value = next((e["device"] for e in visit["events"] if e.get("device")), None)
+            if key not in first or visit["start"] < first[key][0]:
+                first[key] = (visit["start"], value)
+    units: dict[tuple[str, str], set] = {}
+    for (experiment, visitor), (_, value) in first.items():
+        units.setdefault((experiment, value), set()).add(visitor)
+    kept = {}
+    for experiment in {e for e, _ in units}:
+        ranked = sorted(((len(u), v) for (e, v), u in units.items() if e == experiment),
+                        key=lambda c: (-c[0], c[1]))
+        kept[experiment] = {v for _, v in ranked[:2]}
+
+    def value_of(experiment: str, visitor: str) -> str:
+        value = first[(experiment, visitor)][1]
+        return value if value in kept[experiment] else "other"
+
+    compared = 0
+    for value in ("desktop", "mobile", "tablet", "other"):
+        in_value = {(split(e)[0], p, v): s for (e, p, v), s in series.items()
+                    if split(e)[1] == value}
+        if not in_value:
+            continue
+        chosen = [{**v, "entries": {k: q for k, q in v["entries"].items()
+                                    if value_of(k[0], v["visitor"]) == value}}
+                  for v in visits]
+        compared += _assert_sums(in_value, [v for v in chosen if v["entries"]], catalog)
+    assert any(split(e)[1] == "other" for e, _, _ in series), "some value is other"
+    assert compared > 800
+
+
+def test_the_speed_layers_visits_have_the_parts_of_the_batch_layers(runs):
+    ctx = runs.shaped
+    silver = ctx.spark.read.format("delta").load(ctx.layout.sessions)
+    columns = ("session_id", "visit_start", *CATALOG_COLUMNS, "experiments")
+    speed = comparable(silver.where("layer = 'speed'").select(*columns))
+    batch = comparable(silver.where("layer = 'batch'").select(*columns))
+    assert speed.count() > 100
+    assert speed.exceptAll(batch).count() == 0
