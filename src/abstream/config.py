@@ -32,7 +32,7 @@ from pydantic import (
 from abstream.durations import parse_duration
 from abstream.errors import ConfigError
 from abstream.metrics.catalog import default_definitions, default_dimensions
-from abstream.metrics.definitions import Catalog, Definition, Dimension
+from abstream.metrics.definitions import Catalog, Definition, Dimension, Measure
 
 ENV_PREFIX = "ABSTREAM__"
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -255,7 +255,7 @@ def catalog_problems(catalog: Catalog, events: EventsSettings) -> list[str]:
     return found
 
 
-def _measure_problems(where: str, measure: Any, events: EventsSettings) -> list[str]:
+def _measure_problems(where: str, measure: Measure, events: EventsSettings) -> list[str]:
     if measure.events is None:
         return []
     found = []

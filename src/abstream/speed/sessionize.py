@@ -304,7 +304,7 @@ def build(ctx: Context) -> DataStreamWriter:
     windowing = gold.Windowing.of(ctx.config.metrics)
     state_schema = session_state(
         sessions.catalog_properties(ctx.config.metrics.catalog, ctx.config.events))
-    columns = tuple(state_schema.fieldNames()[:-3])
+    columns = sessions.session_columns(ctx.config.metrics.catalog, ctx.config.events)
     events_path = ensure_source_table(spark, events_table(ctx.config.events), ctx.layout, NAME)
     timed = partial(ctx.stats.timed, NAME)
     append_visits = timed("silver append", sinks.AppendOnce(

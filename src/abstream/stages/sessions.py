@@ -59,14 +59,10 @@ def catalog_properties(catalog: Catalog, events: EventsSettings) -> dict[str, Da
             for name in sorted(parts.properties(catalog) - MEASURED.keys())}
 
 
-def session_input(properties: dict[str, DataType]) -> tuple[str, ...]:
-    """``SESSION_INPUT`` with the further ``properties`` the metric catalog reads."""
-    return (*SESSION_INPUT[:-1], *properties, SESSION_INPUT[-1])
-
-
 def session_columns(catalog: Catalog, events: EventsSettings) -> tuple[str, ...]:
-    """The bronze columns sessions and the ``catalog``'s metrics read."""
-    return session_input(catalog_properties(catalog, events))
+    """The bronze columns sessions and the ``catalog``'s metrics read: ``SESSION_INPUT``
+    with the further properties before ``experiments``."""
+    return (*SESSION_INPUT[:-1], *catalog_properties(catalog, events), SESSION_INPUT[-1])
 
 
 def with_measured_properties(events: DataFrame) -> DataFrame:
