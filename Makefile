@@ -7,14 +7,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint jars bench bench-ceiling bench-growth bench-sustained bench-tuning \
+.PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning \
 	bench-sessionize bench-lag-scrape bench-latency bench-maintain chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   set up and run the demo (generate -> ingest -> sessionize -> metrics)"
 	@echo "make test   set up and run the whole test suite"
-	@echo "make bench  speed-layer throughput against a naive Spark chain and a parse floor (ARGS='--events N')"
+	@echo "make bench  speed-layer throughput against a naive Spark chain and a parse floor, then what"
+	@echo "            the metric catalog costs it (bench-catalog) (ARGS='--events N')"
+	@echo "make bench-catalog    the speed layer before the catalog, with the default one and with 20 definitions"
 	@echo "make bench-ceiling    each piece of the work as a plain batch job: the floor to approach"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
@@ -57,6 +59,10 @@ bench-deps: $(STAMP) jars
 
 bench: bench-deps
 	$(BIN)/python -m bench.throughput $(ARGS)
+	$(BIN)/python -m bench.catalog_cost $(ARGS)
+
+bench-catalog: bench-deps
+	$(BIN)/python -m bench.catalog_cost $(ARGS)
 
 bench-ceiling: bench-deps
 	$(BIN)/python -m bench.ceiling $(ARGS)

@@ -32,12 +32,14 @@ often is lost, one the chaos side holds more often is a duplicate):
   micro-batch that changed it), so the comparison is per key (experiment, variant,
   population, window) of the sums of every measure. Left out: the visitor sketches and
   their estimates (HLL; the batch layer's exact counts are compared below) and
-  ``computed_at``.
+  ``computed_at``. Gold ``definition_metrics`` the same way: per key, the sums of its
+  numerators and denominators (to 6 decimals), without the sketches.
 - the batch layer after ``batch --since-last`` (chaos: killed mid-chunk, then run again)
-  and again after ``batch --all``: sessions and gold rows of ``layer = 'batch'`` (exact
-  visitor counts included; ``computed_at`` and the sketch bytes left out) and the latest
-  ``batch_coverage`` of each range (without ``run_id``, ``computed_at`` and
-  ``bronze_version``, which count each side's own commits).
+  and again after ``batch --all``: sessions and both gold tables' rows of
+  ``layer = 'batch'`` (exact visitor counts included; ``computed_at`` and the sketch bytes
+  left out, sums of doubles to 6 decimals) and the latest ``batch_coverage`` of each range
+  (without ``run_id``, ``computed_at`` and ``bronze_version``, which count each side's own
+  commits).
 - the serving view of each side after ``batch --all``: its totals per experiment, variant
   and population equal the plain-Python reference of the metric contract
   (``tests/reference.py``) over the generated records.
@@ -89,7 +91,7 @@ from tests import reference
 from tests.helpers import landing_records, totals
 from tests.servers import free_port
 
-from abstream import topology
+from abstream import schemas, topology
 from abstream.batch.coverage import latest_coverage
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, load_config
@@ -97,6 +99,7 @@ from abstream.generator.write import GeneratorSettings, generate, generate_to_ka
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
 from abstream.io.tables import (
+    DEFINITIONS_TABLE,
     EVENTS_TABLE,
     METRICS_TABLE,
     REJECTED_TABLE,
@@ -122,6 +125,11 @@ GOLD_KEY = ("experiment_id", "variant", "population", "window_start", "window_en
 GOLD_SUMS = ("events", "pageviews", "add_to_carts", "orders", "revenue", "revenue_sq", "units",
              "errors", "page_load_ms_sum", "page_load_count", "visits", "bounces",
              "error_visits")
+#: ``definition_metrics``' key without its layer, and its sums.
+DEFINITION_KEY = tuple(k for k in schemas.DEFINITION_KEY if k != "layer")
+DEFINITION_SUMS = ("numerator", "denominator")
+#: The sketches' bytes: the batch layer's rows are compared without them.
+DEFINITION_SKETCHES = ("units_sketch", "converted_sketch", "values_sketch")
 COVERAGE_COLUMNS = ("range_start", "range_end", "depends_from", "depends_until", "events",
                     "visits", "metric_rows")
 CHUNK_DONE = re.compile(r"batch (\d+)/(\d+) .* in ([\d.]+) s")
@@ -451,6 +459,10 @@ def speed_frames(spark: SparkSession, layout: Layout, source: str) -> dict[str, 
         "sessions": _layer(spark, SESSIONS_TABLE, layout, "speed").drop("computed_at"),
         "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "speed")
         .groupBy(*GOLD_KEY).agg(*(F.sum(m).alias(m) for m in GOLD_SUMS)),
+        # Sums of doubles, added in another order on each side: to 6 decimals.
+        "definition_metrics": _layer(spark, DEFINITIONS_TABLE, layout, "speed")
+        .groupBy(*DEFINITION_KEY).agg(*(F.round(F.sum(m), 6).alias(m)
+                                        for m in DEFINITION_SUMS)),
     }
 
 
@@ -460,6 +472,9 @@ def batch_frames(spark: SparkSession, layout: Layout) -> dict[str, DataFrame]:
         "sessions": _layer(spark, SESSIONS_TABLE, layout, "batch").drop("computed_at"),
         "experiment_metrics": _layer(spark, METRICS_TABLE, layout, "batch")
         .drop("computed_at", "visitors_sketch"),
+        "definition_metrics": _layer(spark, DEFINITIONS_TABLE, layout, "batch")
+        .drop("computed_at", *DEFINITION_SKETCHES)
+        .withColumns({m: F.round(m, 6) for m in DEFINITION_SUMS}),
     }
 
 

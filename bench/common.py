@@ -128,14 +128,18 @@ def process_tree_rss(root: int) -> int:
 
 
 def run_phase(phase: str, landing: Path, work: Path, config_file: str | None,
-              settings: dict[str, str] | None = None) -> dict[str, Any]:
+              settings: dict[str, str] | None = None, *, source: Path | None = None
+              ) -> dict[str, Any]:
     """Run one side of ``bench.throughput`` (``--phase``) in a process of its own
-    (``settings``: more environment variables); its result and the peak RSS of its tree."""
+    (``settings``: more environment variables; ``source``: another checkout of abstream to
+    run, its ``src`` and ``bench``); its result and the peak RSS of its tree."""
     command = [sys.executable, "-m", "bench.throughput", "--phase", phase,
-               "--landing", str(landing), "--work", str(work),
+               "--landing", str(landing.resolve()), "--work", str(work.resolve()),
                *(["--config", config_file] if config_file else [])]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, **(settings or {})})
+    env = {**os.environ, **(settings or {})}
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join((str(source / "src"), str(source)))
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=source)
     peak = 0
     finished = threading.Event()
 

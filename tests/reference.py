@@ -382,3 +382,38 @@ def unit_sums(visit_list: list[dict], definition: dict
                 sums["with_y"] += y != 0
         result[(experiment, variant, population)] = sums
     return result
+
+
+def visit_value(visit: dict, prop: str) -> object:
+    """A visit's value of a dimension's property: on its first event that has it."""
+    return next((e[prop] for e in visit["events"] if e.get(prop) is not None), None)
+
+
+def gold_totals(visit_list: list[dict], definition: dict, prop: str | None = None
+                ) -> dict[tuple, dict]:
+    """Per (experiment, variant, population, value of ``prop`` or None): what gold's
+    ``definition_metrics`` holds of a definition over all windows, uncapped: the
+    numerator's and the denominator's sums, the units (and those with a positive
+    numerator), and the values of a quantile's events. A row's value of ``prop`` is its
+    visit's (``visit_value``)."""
+    sides = [definition["numerator"], definition["denominator"]] \
+        if definition["kind"] == "ratio" else [{k: definition.get(k)
+                                               for k in ("events", "value", "visits")}]
+    unit_of = _unit_of(definition)
+    result: dict[tuple, dict] = {}
+    for visit in visit_list:
+        value = None if prop is None else visit_value(visit, prop)
+        for experiment, variant, population in visit_targets(visit):
+            since = visit["exposure"][experiment] if population == "qualified" else None
+            row = result.setdefault((experiment, variant, population, value), {
+                "numerator": 0.0, "denominator": 0.0, "units": set(), "converted": set(),
+                "values": []})
+            amounts = [measure(visit, side, since) for side in sides]
+            row["numerator"] += amounts[0]
+            row["denominator"] += amounts[-1] if len(sides) == 2 else 0.0
+            row["units"].add(unit_of(visit))
+            if amounts[0] > 0:
+                row["converted"].add(unit_of(visit))
+            if definition["kind"] == "quantile":
+                row["values"].extend(measured(visit, definition, since))
+    return result

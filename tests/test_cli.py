@@ -126,7 +126,7 @@ def test_maintain_reports_per_table_and_as_json(spark, tmp_path):
     reports = json.loads(json_run.stdout.strip().splitlines()[-1])
     assert [(r["table"], r["exists"]) for r in reports] == [
         ("events", True), ("rejected", False), ("sessions", False),
-        ("experiment_metrics", False)]
+        ("experiment_metrics", False), ("definition_metrics", False)]
     assert reports[0]["vacuumed"] == {"files": 0, "bytes": 0}
     assert "never run" in reports[0]["retention"]["reason"]
     text = "\n".join(report.text()

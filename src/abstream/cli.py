@@ -119,8 +119,10 @@ def _parser() -> argparse.ArgumentParser:
         "serving", parents=[common],
         help="totals per experiment from the serving view (final or provisional)")
     serving.add_argument("--sql", action="store_true",
-                         help="print the view's CREATE VIEW statement for a metastore instead")
+                         help="print the views' CREATE VIEW statements for a metastore instead")
     serving.add_argument("--name", default="abstream_serving", help="the view's name")
+    serving.add_argument("--by", metavar="DIMENSION",
+                         help="each definition's totals per value of a catalog dimension")
 
     _report_parser(commands, common)
     _metrics_parser(commands, common)

@@ -104,21 +104,49 @@ def batch(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _check_dimension(name: str | None, config: Config) -> None:
+    """A ``--by`` that names no dimension of the catalog fails before Spark starts."""
+    if name is not None:
+        from abstream.report.segments import dimension_named
+
+        dimension_named(config.metrics.catalog, name)
+
+
 def serving(args: argparse.Namespace, config: Config) -> int:
     from abstream.layout import Layout
     from abstream.serving import create_view_statement
+    from abstream.serving.view import DEFINITIONS_VIEW, definitions_query
 
+    layout = Layout.of(config.data_dir)
     if args.sql:
-        print(create_view_statement(Layout.of(config.data_dir), args.name) + ";")
+        print(create_view_statement(layout, args.name) + ";\n")
+        print(f"CREATE OR REPLACE VIEW {DEFINITIONS_VIEW} AS\n"
+              f"{definitions_query(layout, config.metrics.catalog)};")
         return 0
+    _check_dimension(args.by, config)
     from abstream.io.deployment import Deployment
-    from abstream.serving import serving_view
+    from abstream.serving import definitions_view, serving_view
+    from abstream.serving.definition_totals import (
+        coverage_lines,
+        definition_totals,
+        format_definitions,
+        versions,
+    )
     from abstream.serving.totals import format_table, variant_totals
     from abstream.stages.gold import Windowing
 
     deployment = Deployment.open(config)
-    view = serving_view(deployment.spark, deployment.layout, args.name)
-    print(format_table(variant_totals(view, Windowing.of(config.metrics))))
+    spark, catalog = deployment.spark, config.metrics.catalog
+    windowing = Windowing.of(config.metrics)
+    view = serving_view(spark, layout, args.name)
+    print(format_table(variant_totals(view, windowing)))
+    definitions = definitions_view(spark, layout, catalog)
+    print()
+    print(format_definitions(catalog, definition_totals(definitions, catalog, windowing,
+                                                        args.by)))
+    print()
+    print("\n".join(coverage_lines(catalog, versions(
+        spark.read.format("delta").load(layout.definition_metrics)))))
     return 0
 
 
@@ -129,13 +157,10 @@ def report(args: argparse.Namespace, config: Config) -> int:
 
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html: folder {args.html.parent} does not exist")
-    if args.by is not None:
-        from abstream.report.segments import dimension_named
-
-        dimension_named(config.metrics.catalog, args.by)
-        if args.publish:
-            raise UsageError("--by and --publish: the published results are the overall "
-                             "ones; run them apart")
+    _check_dimension(args.by, config)
+    if args.by is not None and args.publish:
+        raise UsageError("--by and --publish: the published results are the overall "
+                         "ones; run them apart")
     deployment = Deployment.open(config)
     report = build_report(deployment.spark, deployment.layout, config, args.by)
     if args.html is not None:

@@ -62,6 +62,10 @@ class Layout:
         return self.table(topology.EXPERIMENT_METRICS)
 
     @property
+    def definition_metrics(self) -> str:
+        return self.table(topology.DEFINITION_METRICS)
+
+    @property
     def batch_coverage(self) -> str:
         return self.table(topology.BATCH_COVERAGE)
 

@@ -208,6 +208,32 @@ EXPERIMENT_METRICS = StructType(
     ]
 )
 
+#: gold ``definition_metrics``: one row per catalog definition (by name and fingerprint),
+#: experiment, variant, population, window, layer and dimension value (``dimension`` NULL:
+#: every unit); its additive totals and sketches.
+DEFINITION_KEY = ("metric", "fingerprint", "experiment_id", "variant", "population",
+                  "window_start", "window_end", "dimension", "dimension_value", "layer")
+DEFINITION_METRICS = StructType(
+    [
+        StructField("metric", StringType(), False),
+        StructField("fingerprint", StringType(), False),
+        StructField("experiment_id", StringType(), False),
+        StructField("variant", StringType(), False),
+        StructField("population", StringType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        StructField("dimension", StringType()),
+        StructField("dimension_value", StringType()),
+        StructField("units_sketch", BinaryType()),
+        StructField("numerator", DoubleType(), False),
+        StructField("denominator", DoubleType()),
+        StructField("converted_sketch", BinaryType()),
+        StructField("values_sketch", BinaryType()),
+        StructField("layer", StringType(), False),
+        StructField("computed_at", TimestampType(), False),
+    ]
+)
+
 #: ``batch_coverage``: one row per event-time range the batch layer computed. Gold windows
 #: starting in ``[range_start, range_end)`` are final. The batch read bronze as of
 #: ``bronze_version``; new bronze data with event time in ``[depends_from, depends_until]``

@@ -21,11 +21,12 @@ EVENTS = "events"  # bronze: every accepted beacon, once
 REJECTED = "rejected"  # quarantine: what failed the checks, and why
 SESSIONS = "sessions"  # silver: visits
 EXPERIMENT_METRICS = "experiment_metrics"  # gold: metrics per experiment, variant, window
+DEFINITION_METRICS = "definition_metrics"  # gold: each catalog metric's totals, per window
 BATCH_COVERAGE = "batch_coverage"  # the time ranges the batch layer has recomputed
 EXPERIMENT_RESULTS = "experiment_results"  # published experiment reports
 
 #: The tables the pipeline's components write (the exporter reports their versions).
-PIPELINE_TABLES = (EVENTS, REJECTED, SESSIONS, EXPERIMENT_METRICS)
+PIPELINE_TABLES = (EVENTS, REJECTED, SESSIONS, EXPERIMENT_METRICS, DEFINITION_METRICS)
 
 #: Kafka topics, named by the ``kafka.*`` setting that holds the topic's name.
 TOPIC_PREFIX = "kafka."
@@ -51,7 +52,8 @@ class Node:
 INGEST = Node("ingest", reads=(LANDING,), writes=(EVENTS, REJECTED))
 VALIDATE = Node("validate", reads=(TOPIC,), writes=(VALID_TOPIC, REJECTED_TOPIC))
 ARCHIVE = Node("archive", reads=(VALID_TOPIC, REJECTED_TOPIC), writes=(EVENTS, REJECTED))
-SESSIONIZE = Node("sessionize", reads=(EVENTS,), writes=(SESSIONS, EXPERIMENT_METRICS))
+SESSIONIZE = Node("sessionize", reads=(EVENTS,),
+                  writes=(SESSIONS, EXPERIMENT_METRICS, DEFINITION_METRICS))
 
 NODES: dict[str, Node] = {n.name: n for n in (INGEST, VALIDATE, ARCHIVE, SESSIONIZE)}
 

@@ -11,12 +11,18 @@ ratio, a quantile, a visit-unit metric, a window) and a dimension of its own. Af
 - each definition's sums over the served visits, per experiment, variant and population
   and per value of the dimension, equal the plain-Python reference computed from the
   definitions (``tests/reference.py``);
-- the speed layer's visits carry the same catalog parts as the batch layer's.
+- the speed layer's visits carry the same catalog parts as the batch layer's;
+- gold's ``definition_metrics`` holds each definition's totals, overall and per dimension
+  value, equal to the reference's, and the speed layer's increments add up to the batch
+  layer's rows; a changed definition's old rows stay out of the view until the batch
+  layer backfills it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +39,14 @@ from abstream.metrics.definitions import Catalog
 from abstream.report.moments import VariantSeries, served_series
 from abstream.report.segments import segmented_visits, split
 from abstream.report.statistics import Z_RANK
-from abstream.serving.view import serving_visits
+from abstream.schemas import DEFINITION_KEY
+from abstream.serving.definition_totals import coverage_lines, definition_totals, versions
+from abstream.serving.view import definitions_view, serving_visits
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import RunStats
 from abstream.speed.runner import run_once
+from abstream.stages.definition_gold import served
+from abstream.stages.gold import Windowing
 from tests import reference
 from tests.helpers import landing_records, make_config, write_lines
 
@@ -129,10 +139,12 @@ def runs(spark, tmp_path_factory) -> Runs:
 
 
 def _without_catalog(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
-    """The tables as compared across catalogs: silver without the catalog's columns."""
+    """The tables as compared across catalogs: silver without the catalog's columns, gold
+    without each definition's totals."""
     sessions = frames["sessions"].drop(*CATALOG_COLUMNS).withColumn(
         "experiments", F.transform("experiments", lambda e: e.dropFields("exposed_parts")))
-    return {**frames, "sessions": sessions}
+    return {**{k: f for k, f in frames.items() if k != "definition_metrics"},
+            "sessions": sessions}
 
 
 def test_events_of_another_shape_make_the_same_tables_as_the_beacons(runs):
@@ -235,3 +247,95 @@ def test_the_speed_layers_visits_have_the_parts_of_the_batch_layers(runs):
     batch = comparable(silver.where("layer = 'batch'").select(*columns))
     assert speed.count() > 100
     assert speed.exceptAll(batch).count() == 0
+
+
+def _gold_checked(ctx: Context, visits: list[dict], dimension: str | None = None) -> int:
+    """Every served definition's totals over the definitions view equal the reference's
+    (units and converted units to the HLL sketch's error, a quantile to the KLL sketch's
+    rank error); how many numbers were compared."""
+    catalog = ctx.config.metrics.catalog
+    view = definitions_view(ctx.spark, ctx.layout, catalog)
+    found = {(t.metric, t.experiment_id, t.variant, t.population, t.dimension_value): t
+             for t in definition_totals(view, catalog, Windowing.of(ctx.config.metrics),
+                                        dimension)}
+    prop = None if dimension is None else catalog.dimension(dimension).property
+    compared = 0
+    for definition in served(catalog):
+        expected = reference.gold_totals(visits, _spec(definition), prop)
+        mine = {key[1:]: t for key, t in found.items() if key[0] == definition.name}
+        assert set(mine) == set(expected), definition.name
+        for key, sums in expected.items():
+            t = mine[key]
+            assert t.final
+            assert t.numerator == pytest.approx(sums["numerator"], rel=1e-9, abs=1e-6)
+            assert t.units == pytest.approx(len(sums["units"]), rel=0.03, abs=1)
+            compared += 2
+            if definition.kind == "ratio":
+                assert t.denominator == pytest.approx(sums["denominator"], rel=1e-9, abs=1e-6)
+                compared += 1
+            if definition.kind == "proportion":
+                assert t.converted == pytest.approx(len(sums["converted"]), rel=0.03, abs=1)
+                compared += 1
+            if definition.kind == "quantile" and sums["values"]:
+                ordered = sorted(sums["values"])
+                n, q = len(ordered), definition.quantile
+                low = ordered[max(0, math.floor((q - 0.02) * n) - 1)]
+                high = ordered[min(n - 1, math.ceil((q + 0.02) * n) - 1)]
+                assert low <= t.quantile <= high, (definition.name, key)
+                compared += 1
+    return compared
+
+
+def test_gold_holds_each_definitions_totals_overall_and_per_dimension_value(runs):
+    """``definition_metrics`` through the definitions view: per definition without a
+    window, experiment, variant and population, overall and per device (its visit's)."""
+    ctx = runs.shaped
+    assert _gold_checked(ctx, runs.visits) > 150
+    assert _gold_checked(ctx, runs.visits, "device") > 400
+
+
+def test_the_speed_layers_gold_increments_add_up_to_the_batch_layers_rows(runs):
+    ctx = runs.shaped
+    gold = ctx.spark.read.format("delta").load(ctx.layout.definition_metrics)
+    key = [k for k in DEFINITION_KEY if k != "layer"]
+
+    def summed(layer: str) -> DataFrame:
+        return gold.where(F.col("layer") == layer).groupBy(*key).agg(
+            F.round(F.sum("numerator"), 6).alias("numerator"),
+            F.round(F.sum("denominator"), 6).alias("denominator"),
+            F.hll_sketch_estimate(F.hll_union_agg("units_sketch")).alias("units"),
+            F.hll_sketch_estimate(F.hll_union_agg("converted_sketch")).alias("converted"))
+
+    speed, batch = summed("speed"), summed("batch")
+    assert batch.count() > 500
+    assert speed.exceptAll(batch).count() == 0
+    assert batch.exceptAll(speed).count() == 0
+
+
+def test_a_changed_definition_is_left_out_until_the_batch_layer_backfills_it(runs, tmp_path):
+    """Gold rows of another version of a definition never reach the view; ``batch --all``
+    recomputes the history of the current one from bronze."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(runs.shaped.config.data_dir), data)
+    changed = {**METRICS, "definitions": [
+        {**d, "events": "add_to_cart"} if d["name"] == "buyers" else d
+        for d in METRICS["definitions"]]}
+    ctx = Context(runs.shaped.spark, make_config(data, events=SHAPE, metrics=changed),
+                  Layout.of(data), RunStats())
+    catalog = ctx.config.metrics.catalog
+    old = runs.shaped.config.metrics.catalog.get("buyers")
+    assert catalog.get("buyers").fingerprint != old.fingerprint
+    view = definitions_view(ctx.spark, ctx.layout, catalog)
+    assert view.where("metric = 'buyers'").count() == 0
+    assert view.where("metric = 'pageviews'").count() > 0
+    held = versions(ctx.spark.read.format("delta").load(ctx.layout.definition_metrics))
+    lines = coverage_lines(catalog, held)
+    assert lines[0].startswith(f"buyers ({catalog.get('buyers').fingerprint}): no windows yet;")
+    assert "other version(s) left out" in lines[0]
+    assert lines[-1].startswith("orders_first_hour: no gold rows")
+
+    run_batch(ctx, BatchRequest("all"))
+
+    assert "batch 2026" in coverage_lines(catalog, versions(
+        ctx.spark.read.format("delta").load(ctx.layout.definition_metrics)))[0]
+    assert _gold_checked(ctx, runs.visits) > 150

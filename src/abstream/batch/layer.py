@@ -1,9 +1,9 @@
 """The batch layer: recompute closed event-time ranges from bronze, idempotently.
 
-Each range is cut into chunks; a chunk replaces the batch layer's sessions and gold rows of
-its range in one Delta commit each, then is recorded in ``batch_coverage``. A re-run of a
-range replaces the same rows, so it leaves the same tables; an interrupted run leaves
-whole chunks behind, and ``--since-last`` picks up the rest.
+Each range is cut into chunks; a chunk replaces the batch layer's sessions and rows of both
+gold tables of its range in one Delta commit each, then is recorded in ``batch_coverage``.
+A re-run of a range replaces the same rows, so it leaves the same tables; an interrupted
+run leaves whole chunks behind, and ``--since-last`` picks up the rest.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from abstream.errors import Interrupted, UsageError
 from abstream.io import sinks
 from abstream.io.deltalog import DeltaLogReader
 from abstream.io.deployment import Deployment
-from abstream.io.tables import METRICS_TABLE, SESSIONS_TABLE, ensure_table, events_table
+from abstream.io.tables import (
+    DEFINITIONS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_table,
+    events_table,
+)
 from abstream.stages import sessions
 from abstream.stages.gold import Windowing
 from abstream.times import from_micros, micros_from
@@ -206,7 +212,8 @@ def run_batch(ctx: Deployment, request: BatchRequest, stop: threading.Event | No
              bronze.version)
     run_id = uuid.uuid4().hex
     tables = Tables(ensure_table(ctx.spark, SESSIONS_TABLE, ctx.layout),
-                    ensure_table(ctx.spark, METRICS_TABLE, ctx.layout))
+                    ensure_table(ctx.spark, METRICS_TABLE, ctx.layout),
+                    ensure_table(ctx.spark, DEFINITIONS_TABLE, ctx.layout))
     for number, chunk in enumerate(chunks, 1):
         if stop is not None and stop.is_set():
             raise Interrupted(f"stopped after {number - 1} of {len(chunks)} chunks; "
@@ -233,10 +240,11 @@ def _chunk_size(config: Config) -> timedelta:
 
 @dataclass(frozen=True)
 class Tables:
-    """Where the batch layer writes: the sessions and gold tables' paths."""
+    """Where the batch layer writes: the sessions and both gold tables' paths."""
 
     sessions: str
     gold: str
+    definitions: str
 
 
 def _compute_chunk(ctx: Deployment, chunk: TimeRange, bronze: Bronze, tables: Tables,
@@ -251,6 +259,9 @@ def _compute_chunk(ctx: Deployment, chunk: TimeRange, bronze: Bronze, tables: Ta
             metric_rows = sinks.replace_where(result.gold, tables.gold,
                                               _range_condition("window_start", chunk),
                                               METRICS_TABLE.partition_by)
+            sinks.replace_where(result.definitions, tables.definitions,
+                                _range_condition("window_start", chunk),
+                                DEFINITIONS_TABLE.partition_by)
     finally:
         result.release()
     covered = Covered(

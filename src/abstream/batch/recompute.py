@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from abstream.batch.ranges import TimeRange
 from abstream.config import Config
-from abstream.stages import dedupe, gold, sessions
+from abstream.stages import dedupe, definition_gold, gold, sessions
 from abstream.times import from_micros, micros_from
 from abstream.topology import BATCH
 
@@ -36,6 +36,7 @@ class Recomputed:
 
     visits: DataFrame
     gold: DataFrame
+    definitions: DataFrame
     #: Events in the range.
     events: int
     depends_from: datetime
@@ -85,8 +86,8 @@ def _read(bronze: DataFrame, start: datetime, end: datetime, columns: tuple[str,
 
 def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
               config: Config) -> Recomputed:
-    """The batch layer's visits (starting in ``span``) and gold rows (windows starting in
-    ``span``) from ``bronze``, whose events all lie in ``data``."""
+    """The batch layer's visits (starting in ``span``) and rows of both gold tables (windows
+    starting in ``span``) from ``bronze``, whose events all lie in ``data``."""
     gap = config.sessionize.gap
     catalog = config.metrics.catalog
     # The bronze columns sessions and metrics read (pruned before de-duplication).
@@ -122,19 +123,21 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     # in the range's windows, Spark answers the gold query without running that branch,
     # and an observation there would never be filled in.
     events = started.where(between("event_ts", span.start, span.end)).count()
-    in_windows = started.where(between("event_ts", span.start, needed_end))
-    metrics = gold.with_lineage(
-        gold.experiment_metrics(
-            sessions.event_targets(in_windows, sessions.visit_entries(visits)),
-            sessions.visit_targets(visits.where(between("visit_start", span.start, needed_end))),
-            windowing, config.metrics.hll_lg_k, exact_visitors=True)
-        .where(between("window_start", span.start, span.end)),
-        BATCH,
-    )
+    event_targets = sessions.event_targets(
+        started.where(between("event_ts", span.start, needed_end)),
+        sessions.visit_entries(visits))
+    visit_targets = sessions.visit_targets(
+        visits.where(between("visit_start", span.start, needed_end)))
+    metrics = gold.experiment_metrics(event_targets, visit_targets, windowing,
+                                      config.metrics.hll_lg_k, exact_visitors=True)
+    definitions = definition_gold.definition_metrics(
+        event_targets, visit_targets, catalog, windowing, config.metrics.hll_lg_k)
+    in_span = between("window_start", span.start, span.end)
     return Recomputed(
         visits=sessions.with_lineage(visits.where(between("visit_start", span.start, span.end)),
                                      BATCH),
-        gold=metrics,
+        gold=gold.with_lineage(metrics.where(in_span), BATCH),
+        definitions=definition_gold.with_lineage(definitions.where(in_span), BATCH),
         events=events,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),

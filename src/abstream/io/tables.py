@@ -20,6 +20,7 @@ from abstream.io.hadoop import HadoopFiles
 from abstream.layout import Layout
 from abstream.schemas import (
     BATCH_COVERAGE,
+    DEFINITION_METRICS,
     EVENTS,
     EXPERIMENT_METRICS,
     EXPERIMENT_RESULTS,
@@ -57,11 +58,13 @@ SESSIONS_TABLE = TableSpec(topology.SESSIONS, SESSIONS, ("layer", "visit_date"),
                            ("visit_start", "visit_end"))
 METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, EXPERIMENT_METRICS, ("layer",),
                           ("window_start", "window_end"))
+DEFINITIONS_TABLE = TableSpec(topology.DEFINITION_METRICS, DEFINITION_METRICS, ("layer",),
+                              ("window_start", "window_end", "metric", "fingerprint"))
 COVERAGE_TABLE = TableSpec(topology.BATCH_COVERAGE, BATCH_COVERAGE)
 RESULTS_TABLE = TableSpec(topology.EXPERIMENT_RESULTS, EXPERIMENT_RESULTS)
 #: Every table abstream creates.
-TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE, COVERAGE_TABLE,
-          RESULTS_TABLE)
+TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE, DEFINITIONS_TABLE,
+          COVERAGE_TABLE, RESULTS_TABLE)
 
 
 #: What makes a Delta log a table's: a commit, or a checkpoint of commits.

@@ -5,9 +5,10 @@ then VACUUM, unless a monitored reader still needs files VACUUM would take (see
 ``retention``). A dry run changes nothing and reports what would be done.
 
 A day partition is closed once its day ended ``maintain.closed_after`` ago. Gold
-(``experiment_metrics``) is partitioned by layer only: it has no closed partitions, and both
-of its layers are compacted whole, since compaction never conflicts with the speed layer's
-appends and retries when it loses a race against the batch layer's replacements.
+(``experiment_metrics``, ``definition_metrics``) is partitioned by layer only: it has no
+closed partitions, and both of its layers are compacted whole, since compaction never
+conflicts with the speed layer's appends and retries when it loses a race against the batch
+layer's replacements.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from abstream.config import Config
 from abstream.io.tables import (
+    DEFINITIONS_TABLE,
     EVENTS_TABLE,
     METRICS_TABLE,
     REJECTED_TABLE,
@@ -50,7 +52,8 @@ class Maintained:
 
 
 TABLES = (Maintained(EVENTS_TABLE, "event_date"), Maintained(REJECTED_TABLE, "ingest_date"),
-          Maintained(SESSIONS_TABLE, "visit_date"), Maintained(METRICS_TABLE, None))
+          Maintained(SESSIONS_TABLE, "visit_date"), Maintained(METRICS_TABLE, None),
+          Maintained(DEFINITIONS_TABLE, None))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The serving view: per gold window, the batch layer's final row where the batch layer
 has covered the window's range, otherwise the speed layer's provisional row: the sum of
 its increments (visitor sketches merged). Silver visits are served by the same rule on the
-visit's start (``serving_visits``).
+visit's start (``serving_visits``). The catalog's definitions are served by the same rule
+from ``definition_metrics``, each by its current version only (``definitions_view``).
 
 The view is plain Spark SQL over the Delta tables, so it is always current (no refresh
 job) and any engine with a metastore can hold it as a permanent view
@@ -12,12 +13,21 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from abstream.io.tables import COVERAGE_TABLE, METRICS_TABLE, SESSIONS_TABLE, ensure_table
+from abstream.io.tables import (
+    COVERAGE_TABLE,
+    DEFINITIONS_TABLE,
+    METRICS_TABLE,
+    SESSIONS_TABLE,
+    ensure_table,
+)
 from abstream.layout import Layout
-from abstream.schemas import EXPERIMENT_METRICS, METRIC_KEY
+from abstream.metrics.definitions import Catalog
+from abstream.schemas import DEFINITION_KEY, DEFINITION_METRICS, EXPERIMENT_METRICS, METRIC_KEY
+from abstream.stages.definition_gold import served
 from abstream.topology import BATCH, SPEED
 
 VIEW_NAME = "abstream_serving"
+DEFINITIONS_VIEW = "abstream_serving_definitions"
 
 
 def _table(path: str) -> str:
@@ -58,6 +68,43 @@ def _summed_increments() -> str:
         else:
             columns.append(f"CAST(sum(g.{name}) AS {field.dataType.simpleString()}) AS {name}")
     return ", ".join(columns)
+
+
+def _definitions_increments() -> str:
+    """``definition_metrics``' columns for the sum of a key's speed increments."""
+    merged = {"units_sketch": "hll_union_agg(g.units_sketch, true)",
+              "converted_sketch": "hll_union_agg(g.converted_sketch, true)",
+              "values_sketch": "kll_merge_agg_double(g.values_sketch)",
+              "numerator": "sum(g.numerator)", "denominator": "sum(g.denominator)",
+              "computed_at": "max(g.computed_at)"}
+    return ", ".join(f"{merged[name]} AS {name}" if name in merged else f"g.{name}"
+                     for name in DEFINITION_METRICS.fieldNames())
+
+
+def definitions_query(layout: Layout, catalog: Catalog) -> str:
+    """The definitions view's SELECT: ``definition_metrics``' columns plus ``final``, only
+    the rows of each definition's current version (its fingerprint)."""
+    grouping = "\n  GROUP BY " + ", ".join(f"g.{key}" for key in DEFINITION_KEY)
+    current = ", ".join(f"({_quoted(d.name)}, {_quoted(d.fingerprint)})"
+                        for d in served(catalog)) or "(NULL, NULL)"
+    layered = _layered_query(layout.definition_metrics, "window_start", layout,
+                             _definitions_increments(), grouping)
+    return f"SELECT * FROM (\n{layered}\n) WHERE (metric, fingerprint) IN ({current})"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def definitions_view(spark: SparkSession, layout: Layout, catalog: Catalog,
+                     name: str | None = DEFINITIONS_VIEW) -> DataFrame:
+    """The definitions view as a DataFrame, also registered as a temporary view ``name``."""
+    ensure_table(spark, DEFINITIONS_TABLE, layout)
+    ensure_table(spark, COVERAGE_TABLE, layout)
+    view = spark.sql(definitions_query(layout, catalog))
+    if name:
+        view.createOrReplaceTempView(name)
+    return view
 
 
 def serving_query(layout: Layout) -> str:

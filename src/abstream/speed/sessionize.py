@@ -1,5 +1,5 @@
 """sessionize: bronze ``events`` -> silver ``sessions`` (closed visits) + gold
-``experiment_metrics`` (fresh increments).
+``experiment_metrics`` and ``definition_metrics`` (fresh increments).
 
 Every micro-batch is a small batch job over the new bronze events and the events of the
 open visits they touch, which the component carries from one micro-batch to the next itself
@@ -19,10 +19,11 @@ instead of its streaming state stores. Each micro-batch
 3. assembles their visits (cached: a row per visit) and appends to silver those that closed
    (their last event + ``gap`` behind the next watermark), with the untouched open visits
    that closed, as the snapshot that sessionized them kept them;
-4. appends to gold what changed: each event's targets it had not been counted for yet (an
-   event is counted as soon as it arrives, and again for a population it joins later, when
-   its visit meets an experiment or an exposure: its visit's entries now against those of
-   the visit it was counted in before), and the visit numbers of the visits that closed;
+4. appends to both gold tables what changed: each event's targets it had not been counted
+   for yet (an event is counted as soon as it arrives, and again for a population it joins
+   later, when its visit meets an experiment or an exposure: its visit's entries now against
+   those of the visit it was counted in before), and the visit numbers of the visits that
+   closed;
 5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
    its events (its generation): those it sessionized whole (silver's columns), the others
    by their key, end and events alone, as they are whole in their generation's snapshot.
@@ -42,7 +43,7 @@ watermark, so the windows after them never see a visit as late.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -56,6 +57,7 @@ from abstream.io import sinks
 from abstream.io.sources import BatchEnd, CommitsRead, delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
+    DEFINITIONS_TABLE,
     METRICS_TABLE,
     SESSIONS_TABLE,
     ensure_source_table,
@@ -71,7 +73,7 @@ from abstream.speed.watermarks import (
     output_watermark,
     source_watermark,
 )
-from abstream.stages import gold, sessions
+from abstream.stages import definition_gold, gold, sessions
 from abstream.topology import SESSIONIZE, SPEED
 
 NAME = SESSIONIZE.name
@@ -297,11 +299,33 @@ def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[
     return report
 
 
+GoldAppend = Callable[[DataFrame, DataFrame, str, int], None]
+
+
+def _gold_append(ctx: Context, timed: Callable[[str, Any], Any]) -> GoldAppend:
+    """What appends a micro-batch's gold increments, from its fresh event targets and the
+    targets of the visits that closed, to both gold tables."""
+    spark, metrics = ctx.spark, ctx.config.metrics
+    windowing = gold.Windowing.of(metrics)
+    append_gold = timed("gold append", sinks.AppendOnce(
+        ensure_table(spark, METRICS_TABLE, ctx.layout), METRICS_TABLE.partition_by))
+    append_definitions = timed("definitions append", sinks.AppendOnce(
+        ensure_table(spark, DEFINITIONS_TABLE, ctx.layout), DEFINITIONS_TABLE.partition_by))
+
+    def append(fresh: DataFrame, closed: DataFrame, writer_id: str, batch_id: int) -> None:
+        append_gold(gold.with_lineage(gold.experiment_metrics(
+            fresh, closed, windowing, metrics.hll_lg_k), SPEED), writer_id, batch_id)
+        append_definitions(definition_gold.with_lineage(definition_gold.definition_metrics(
+            fresh, closed, metrics.catalog, windowing, metrics.hll_lg_k), SPEED),
+            writer_id, batch_id)
+
+    return append
+
+
 def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.sessionize
     spark = ctx.spark
     gap, lateness = settings.gap, settings.lateness
-    windowing = gold.Windowing.of(ctx.config.metrics)
     state_schema = session_state(
         sessions.catalog_properties(ctx.config.metrics.catalog, ctx.config.events))
     columns = sessions.session_columns(ctx.config.metrics.catalog, ctx.config.events)
@@ -309,8 +333,7 @@ def build(ctx: Context) -> DataStreamWriter:
     timed = partial(ctx.stats.timed, NAME)
     append_visits = timed("silver append", sinks.AppendOnce(
         ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
-    append_gold = timed("gold append", sinks.AppendOnce(
-        ensure_table(spark, METRICS_TABLE, ctx.layout), METRICS_TABLE.partition_by))
+    append_gold = _gold_append(ctx, timed)
     snapshot_events = timed("events snapshot", _snapshot_events)
     leave_open = timed("visits and open snapshot", _leave_open)
     checkpoint = ctx.layout.checkpoint(NAME)
@@ -365,9 +388,7 @@ def build(ctx: Context) -> DataStreamWriter:
                 fresh = fresh_targets(
                     sessionized, sessions.visit_entries(visits),
                     sessions.visit_entries(_whole(state, touched_visits, touched_in)))
-                append_gold(gold.with_lineage(gold.experiment_metrics(
-                    fresh, sessions.visit_targets(closed), windowing, ctx.config.metrics.hll_lg_k),
-                    SPEED), writer_id, batch_id)
+                append_gold(fresh, sessions.visit_targets(closed), writer_id, batch_id)
             finally:
                 visits.unpersist()
         finally:

@@ -187,9 +187,10 @@ def _by_key(a: Column, b: Column) -> Column:
 
 def visit_entries(visits: DataFrame) -> DataFrame:
     """The entries of ``visits`` (assembled), one row each: ``session_id``,
-    ``visit_start``, ``id``, ``variant``, ``qualified``, ``exposed_at``."""
-    return visits.select(*VISIT, F.explode("experiments").alias("e")) \
-        .select(*VISIT, "e.id", "e.variant", "e.qualified", "e.exposed_at")
+    ``visit_start``, ``id``, ``variant``, ``qualified``, ``exposed_at``, and the visit's
+    ``dimensions``."""
+    return visits.select(*VISIT, "dimensions", F.explode("experiments").alias("e")) \
+        .select(*VISIT, "e.id", "e.variant", "e.qualified", "e.exposed_at", "dimensions")
 
 
 def _populations(qualified: Column) -> Column:
@@ -212,13 +213,14 @@ def counts_for(entry_qualified: Column, exposed_at: Column, population: Column,
 
 def event_targets(started: DataFrame, entries: DataFrame) -> DataFrame:
     """One row per event of ``started`` and what it counts for (``TARGET``), from the
-    ``entries`` of its visit; an event of a visit that lists nothing has no row."""
+    ``entries`` of its visit (with the visit's ``dimensions``); an event of a visit that
+    lists nothing has no row."""
     kept = [c for c in started.columns if c != "experiments"]
     joined = started.drop("experiments").join(
         entries.select(*VISIT, F.col("id").alias("experiment_id"), "variant", "qualified",
-                       "exposed_at"), list(VISIT))
+                       "exposed_at", "dimensions"), list(VISIT))
     exposed = _exposed(F.col("qualified"), F.col("exposed_at"), F.col("event_ts"))
-    return joined.select(*kept, "experiment_id", "variant",
+    return joined.select(*kept, "experiment_id", "variant", "dimensions", "exposed_at",
                          F.explode(_populations(exposed)).alias("population"))
 
 

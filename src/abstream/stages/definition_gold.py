@@ -1,0 +1,225 @@
+"""Events and visits -> each catalog definition's totals per experiment x variant x
+population x event-time window, overall and per dimension value: gold's
+``definition_metrics``, in long form (a row per definition).
+
+A row holds additive parts only, so a window's increments and a range's windows merge:
+the numerator's and the denominator's sums, an HLL sketch of the units (and, for a
+proportion, of those with a matching event or visit), and for a quantile a KLL sketch of
+the matching events' values. An event counts in its event-time window, a visit's facts in
+the window of its start, as in ``experiment_metrics``; a unit counts in the window where
+its visit starts (the qualified population: where the visit's first exposure is), so the
+units of several windows merge into those of the visits that started in them.
+
+A unit's square is not additive over increments (its total grows in several), so the
+per-unit moments a comparison needs are the report's, over silver's visits; and a
+definition with a ``window`` (from the unit's first exposure, which a window of event time
+does not know) has no gold rows. A row's dimension value is its visit's (``dimensions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from abstream.metrics.definitions import Catalog, Definition, Measure
+from abstream.schemas import DEFINITION_METRICS
+from abstream.stages.gold import Windowing
+from abstream.stages.parts import matches
+from abstream.stages.sessions import ASSIGNED, TARGET
+
+#: A visit's facts, as the boolean columns of silver (None: every visit).
+_VISIT_FACTS = {"all": None, "bounce": "is_bounce", "error": "is_error_visit"}
+_DIMENSION = ("dimension", "dimension_value")
+#: The columns of a row that come from its definition's struct (``_row``).
+_FROM_ROW = {"metric", "fingerprint", "units_sketch", "numerator", "denominator",
+             "converted_sketch", "values_sketch"}
+
+
+def served(catalog: Catalog) -> list[Definition]:
+    """The definitions gold holds: those without a window."""
+    return [d for d in catalog.definitions if d.window is None]
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The per-row column names of one definition (by its place in the catalog)."""
+
+    index: int
+
+    @property
+    def numerator(self) -> str:
+        return f"n{self.index}"
+
+    @property
+    def denominator(self) -> str:
+        return f"d{self.index}"
+
+    def summed(self, definition: Definition) -> tuple[str, ...]:
+        """The columns summed: the numerator, and a ratio's denominator."""
+        if definition.denominator is None:
+            return (self.numerator,)
+        return (self.numerator, self.denominator)
+
+    @property
+    def converted(self) -> str:
+        return f"c{self.index}"
+
+    @property
+    def value(self) -> str:
+        return f"q{self.index}"
+
+
+def _visit_id() -> Column:
+    return F.concat_ws("@", "session_id", F.unix_micros("visit_start").cast("string"))
+
+
+def _event_amount(measure: Measure) -> Column:
+    """What an event adds to the measure's sum (NULL: nothing)."""
+    if measure.events is None:
+        return F.lit(None).cast("double")
+    amount = F.lit(1.0) if measure.value is None else F.col(measure.value).cast("double")
+    return F.when(matches(measure.events), amount)
+
+
+def _visit_amount(measure: Measure) -> Column:
+    """What a visit adds to the measure's sum (NULL: nothing)."""
+    if measure.visits is None:
+        return F.lit(None).cast("double")
+    fact = _VISIT_FACTS[measure.visits]
+    return F.lit(1.0) if fact is None else F.col(fact).cast("double")
+
+
+def _first(on_event: bool) -> Column:
+    """Whether a row is its unit's first in its target: the event that starts its visit
+    (the assigned population) or its first exposure (the qualified one). Units are counted
+    there only, once per visit and target instead of once per event."""
+    if not on_event:
+        return F.lit(False)
+    exposure = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
+        .otherwise(F.col("exposed_at"))
+    return F.coalesce(F.col("event_ts") == exposure, F.lit(False))
+
+
+def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions: list[str],
+           on_event: bool) -> DataFrame:
+    """A row per event or visit and target: its dimension values (``dim0``, ...), what it
+    adds to each definition, and whether it counts its unit (``_first``)."""
+    amount = _event_amount if on_event else _visit_amount
+    columns: list[Column] = []
+    for i, d in enumerate(definitions):
+        names = _Columns(i)
+        columns.append(amount(d.numerator or d.measure).alias(names.numerator))
+        if d.denominator is not None:
+            columns.append(amount(d.denominator).alias(names.denominator))
+    units = [_visit_id().alias("visit")] if _counts_visits(definitions) else []
+    return rows.select(
+        F.col(time).alias("ts"), *TARGET, "visitor_id", *units, _first(on_event).alias("first"),
+        *(F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)),
+        *columns,
+    )
+
+
+def _by_dimension(rows: DataFrame, dimensions: list[str]) -> DataFrame:
+    """Each row once overall (``dimension`` NULL) and once per dimension with its value."""
+    overall = F.struct(F.lit(None).cast("string").alias("name"),
+                       F.lit(None).cast("string").alias("value"))
+    values = [F.struct(F.lit(name).alias("name"), F.col(f"dim{j}").alias("value"))
+              for j, name in enumerate(dimensions)]
+    kept = [c for c in rows.columns if not c.startswith("dim")]
+    return rows.select(*kept, F.explode(F.array(overall, *values)).alias("d")).select(
+        *kept, F.col("d.name").alias("dimension"), F.col("d.value").alias("dimension_value"))
+
+
+def _counts_visits(definitions: list[Definition]) -> bool:
+    return any(d.unit == "visit" for d in definitions)
+
+
+def _sketches(definitions: list[Definition], hll_lg_k: int) -> tuple[list[Column], Column]:
+    """The sketch aggregates (units, converted units, quantile values) and which rows they
+    read."""
+    def units(column: str, when: Column) -> Column:
+        return F.hll_sketch_agg(F.when(when, F.col(column)), hll_lg_k)
+
+    aggregates = [units("visitor_id", F.col("first")).alias("visitor_units")]
+    if _counts_visits(definitions):
+        aggregates.append(units("visit", F.col("first")).alias("visit_units"))
+    read = [F.col("first")]
+    for i, d in enumerate(definitions):
+        names = _Columns(i)
+        if d.kind == "proportion":
+            converted = F.col(names.numerator) > 0
+            aggregates.append(units("visit" if d.unit == "visit" else "visitor_id", converted)
+                              .alias(names.converted))
+            read.append(converted)
+        if d.kind == "quantile":
+            aggregates.append(F.kll_sketch_agg_double(names.numerator).alias(names.value))
+            read.append(F.col(names.numerator).isNotNull())
+    return aggregates, reduce(Column.__or__, read)
+
+
+def definition_metrics(events: DataFrame | None, visits: DataFrame | None, catalog: Catalog,
+                       windowing: Windowing, hll_lg_k: int = 12) -> DataFrame:
+    """Gold's ``definition_metrics`` rows (without ``layer``/``computed_at``) from rows of
+    events (``sessions.event_targets``) and/or closed visits (``sessions.visit_targets``),
+    both with their visit's ``dimensions``.
+
+    The sums are aggregated over every row, the sketches over the rows they read (a unit's
+    first, a conversion, a quantile's value), and joined by key: Spark sums in its fast
+    hash aggregate whatever the number of keys, and aggregates sketches in one that falls
+    back to sorting its input beyond
+    ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys."""
+    definitions = served(catalog)
+    dimensions = [d.name for d in catalog.dimensions]
+    facts = [_facts(rows, time, definitions, dimensions, on_event)
+             for rows, time, on_event in ((events, "event_ts", True),
+                                          (visits, "visit_start", False))
+             if rows is not None]
+    if not facts:
+        raise ValueError("definition_metrics needs events, visits or both")
+    union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
+    sums = [F.coalesce(F.sum(name), F.lit(0.0)).alias(name)
+            for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
+    sketches, read = _sketches(definitions, hll_lg_k)
+    names = ["window", *TARGET, *_DIMENSION]
+    window = windowing.window(F.col("ts")).alias("window")
+    summed = _by_dimension(union.withColumn("window", window), dimensions) \
+        .groupBy(*names).agg(*sums).alias("s")
+    sketched = _by_dimension(union.where(read).withColumn("window", window), dimensions) \
+        .groupBy(*names).agg(*sketches).alias("k")
+    totals = summed.join(
+        sketched, reduce(Column.__and__, (F.col(f"s.{k}").eqNullSafe(F.col(f"k.{k}"))
+                                          for k in names)), "left",
+    ).select("s.*", *(F.col(f"k.{c}") for c in sketched.columns if c not in names))
+    return totals.select(
+        *TARGET, F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"), *_DIMENSION,
+        F.explode(F.array(*(_row(i, d) for i, d in enumerate(definitions)))).alias("m"),
+    ).select(*(F.col(f"m.{f.name}").alias(f.name) if f.name in _FROM_ROW else F.col(f.name)
+               for f in DEFINITION_METRICS.fields if f.name not in ("layer", "computed_at")))
+
+
+def _row(i: int, d: Definition) -> Column:
+    """One definition's gold row, as a struct of the aggregated row's columns."""
+    names = _Columns(i)
+
+    def present(name: str, kind: str, given: bool) -> Column:
+        return (F.col(name) if given else F.lit(None)).cast(kind)
+
+    return F.struct(
+        F.lit(d.name).alias("metric"), F.lit(d.fingerprint).alias("fingerprint"),
+        F.col("visit_units" if d.unit == "visit" else "visitor_units").alias("units_sketch"),
+        F.col(names.numerator).alias("numerator"),
+        present(names.denominator, "double", d.denominator is not None).alias("denominator"),
+        present(names.converted, "binary", d.kind == "proportion").alias("converted_sketch"),
+        present(names.value, "binary", d.kind == "quantile").alias("values_sketch"),
+    )
+
+
+def with_lineage(rows: DataFrame, layer: str) -> DataFrame:
+    """Add ``layer`` and ``computed_at`` and fix the column order of the table."""
+    return rows.select(
+        "*", F.lit(layer).alias("layer"), F.current_timestamp().alias("computed_at"),
+    ).select(*DEFINITION_METRICS.fieldNames())
