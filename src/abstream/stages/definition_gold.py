@@ -23,6 +23,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from abstream.metrics.definitions import Catalog, Definition, Measure
 from abstream.schemas import DEFINITION_METRICS
@@ -172,13 +173,17 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, catal
     back to sorting its input beyond
     ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys."""
     definitions = served(catalog)
+    given = [rows for rows in (events, visits) if rows is not None]
+    if not given:
+        raise ValueError("definition_metrics needs events, visits or both")
+    if not definitions:
+        return given[0].sparkSession.createDataFrame([], StructType(
+            [f for f in DEFINITION_METRICS.fields if f.name not in ("layer", "computed_at")]))
     dimensions = [d.name for d in catalog.dimensions]
     facts = [_facts(rows, time, definitions, dimensions, on_event)
              for rows, time, on_event in ((events, "event_ts", True),
                                           (visits, "visit_start", False))
              if rows is not None]
-    if not facts:
-        raise ValueError("definition_metrics needs events, visits or both")
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
     sums = [F.coalesce(F.sum(name), F.lit(0.0)).alias(name)
             for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
