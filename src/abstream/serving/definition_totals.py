@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from abstream.metrics.definitions import Catalog, Definition
 from abstream.rendering import render_table
-from abstream.serving.totals import tiling_windows
+from abstream.serving.totals import merged_estimate, tiling_windows
 from abstream.stages.definition_gold import served
 from abstream.stages.gold import Windowing
 from abstream.times import from_micros
@@ -50,10 +50,6 @@ class DefinitionTotals:
             else self.numerator / self.units
 
 
-def _estimate(sketches: str) -> Column:
-    return F.coalesce(F.hll_sketch_estimate(F.hll_union_agg(sketches, True)), F.lit(0))
-
-
 def definition_totals(view: DataFrame, catalog: Catalog, windowing: Windowing,
                       dimension: str | None = None) -> list[DefinitionTotals]:
     """Totals over every window of the definitions view, overall or per value of
@@ -69,7 +65,7 @@ def definition_totals(view: DataFrame, catalog: Catalog, windowing: Windowing,
                           ).otherwise(quantile)
     keys = ["metric", "experiment_id", "variant", "population", "dimension_value"]
     totals = rows.groupBy(*keys).agg(
-        _estimate("units_sketch").alias("units"),
+        merged_estimate("units_sketch").alias("units"),
         F.sum("numerator").alias("numerator"),
         F.sum("denominator").alias("denominator"),
         F.hll_sketch_estimate(F.hll_union_agg("converted_sketch", True)).alias("converted"),

@@ -58,7 +58,8 @@ def tiling_windows(gold: DataFrame, windowing: Windowing) -> DataFrame:
     return gold.where(F.unix_micros("window_start") % int(length_us) == 0)
 
 
-def _visitors(sketches: Column) -> Column:
+def merged_estimate(sketches: Column | str) -> Column:
+    """The distinct count of HLL ``sketches`` merged (0 where there are none)."""
     return F.coalesce(F.hll_sketch_estimate(F.hll_union_agg(sketches, True)), F.lit(0))
 
 
@@ -74,14 +75,14 @@ def variant_totals(serving: DataFrame, windowing: Windowing, as_of: datetime | N
     sketches; final when every window is. With ``as_of``, also the rolling unique visitors
     of the windows starting in the last hour and day before it."""
     rolling = [] if as_of is None else [
-        _visitors(F.when(F.unix_micros("window_start") >= micros_from(as_of - period),
-                         F.col("visitors_sketch"))).alias(name)
+        merged_estimate(F.when(F.unix_micros("window_start") >= micros_from(as_of - period),
+                               F.col("visitors_sketch"))).alias(name)
         for name, period in ROLLING.items()]
     rows = (
         tiling_windows(serving, windowing)
         .groupBy("experiment_id", "variant", "population")
         .agg(
-            _visitors(F.col("visitors_sketch")).alias("visitors"),
+            merged_estimate(F.col("visitors_sketch")).alias("visitors"),
             *(F.sum(c).alias(c) for c in ("visits", "bounces", "orders", "revenue", "units",
                                           "error_visits", "pageviews", "page_load_ms_sum",
                                           "page_load_count")),

@@ -28,11 +28,9 @@ from pyspark.sql.types import StructType
 from abstream.metrics.definitions import Catalog, Definition, Measure
 from abstream.schemas import DEFINITION_METRICS
 from abstream.stages.gold import Windowing
-from abstream.stages.parts import matches
+from abstream.stages.parts import matches, visit_fact
 from abstream.stages.sessions import ASSIGNED, TARGET
 
-#: A visit's facts, as the boolean columns of silver (None: every visit).
-_VISIT_FACTS = {"all": None, "bounce": "is_bounce", "error": "is_error_visit"}
 _DIMENSION = ("dimension", "dimension_value")
 #: The columns of a row that come from its definition's struct (``_row``).
 _FROM_ROW = {"metric", "fingerprint", "units_sketch", "numerator", "denominator",
@@ -89,8 +87,7 @@ def _visit_amount(measure: Measure) -> Column:
     """What a visit adds to the measure's sum (NULL: nothing)."""
     if measure.visits is None:
         return F.lit(None).cast("double")
-    fact = _VISIT_FACTS[measure.visits]
-    return F.lit(1.0) if fact is None else F.col(fact).cast("double")
+    return visit_fact(measure.part())
 
 
 def _first(on_event: bool) -> Column:

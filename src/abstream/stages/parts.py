@@ -88,15 +88,17 @@ def any_event_part(catalog: Catalog) -> Column:
     return reduce(Column.__or__, filters, F.lit(False))
 
 
+def visit_fact(key: str) -> Column:
+    """A visit part's value for a visit row: 1, or its fact (``is_bounce``, ...) as 1 or 0."""
+    column = _VISIT_FACTS[key]
+    return F.lit(1.0) if column is None else F.col(column).cast("double")
+
+
 def visit_parts(catalog: Catalog) -> Column:
     """The map of the catalog's visit parts, from a visit row's ``is_bounce`` and
     ``is_error_visit``."""
     keys = set(catalog.parts()) & _VISIT_FACTS.keys()
-    def fact(key: str) -> Column:
-        column = _VISIT_FACTS[key]
-        return F.lit(1.0) if column is None else F.col(column).cast("double")
-
-    pairs = [item for key in sorted(keys) for item in (F.lit(key), fact(key))]
+    pairs = [item for key in sorted(keys) for item in (F.lit(key), visit_fact(key))]
     return F.create_map(*pairs).cast(PARTS_TYPE)
 
 
