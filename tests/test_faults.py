@@ -165,7 +165,7 @@ def clean_run(spark, tmp_path_factory):
     and published rows."""
     root = tmp_path_factory.mktemp("clean")
     ctx = Context(spark, make_config(root / "data"), Layout.of(root / "data"), RunStats())
-    _generated(ctx, 1_000, seed=24)
+    _generated(ctx, 500, seed=24)
     return ctx.layout, *_run_batch_and_report(ctx)
 
 

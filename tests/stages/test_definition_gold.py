@@ -49,7 +49,7 @@ def _targets(spark, catalog):
 
 def test_units_count_where_their_visit_starts_and_each_dimension_value_apart(spark):
     events, visits = _targets(spark, CATALOG)
-    rows = definition_metrics(events, visits, CATALOG, FIVE).withColumns({
+    rows = definition_metrics(events, visits, visits, CATALOG, FIVE).withColumns({
         "units": F.hll_sketch_estimate("units_sketch"),
         "converted": F.hll_sketch_estimate("converted_sketch"),
         "minute": F.minute("window_start")}).collect()
@@ -73,4 +73,21 @@ def test_a_catalog_of_windows_only_has_no_gold_rows(spark):
         {"name": "orders_first_hour", "kind": "mean", "events": "order",
          "window": {"length": "1 hour"}}]})
     events, visits = _targets(spark, catalog)
-    assert definition_metrics(events, visits, catalog, FIVE).count() == 0
+    assert definition_metrics(events, visits, visits, catalog, FIVE).count() == 0
+
+
+def test_a_unit_counted_again_changes_no_row(spark):
+    """The speed layer adds the units of every visit a micro-batch sessionizes, again for a
+    visit an earlier micro-batch counted: the same rows, with the same estimates."""
+    events, visits = _targets(spark, CATALOG)
+
+    def rows(units):
+        frame = definition_metrics(events, visits, units, CATALOG, FIVE).select(
+            "metric", "population", "window_start", "dimension_value", "numerator",
+            F.hll_sketch_estimate("units_sketch").alias("units"),
+            F.hll_sketch_estimate("converted_sketch").alias("converted"))
+        return sorted(map(tuple, frame.collect()), key=repr)
+
+    once = rows(visits)
+    assert once == rows(visits.unionByName(visits))
+    assert len(once) == 18

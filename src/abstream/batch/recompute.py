@@ -131,7 +131,9 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
     metrics = gold.experiment_metrics(event_targets, visit_targets, windowing,
                                       config.metrics.hll_lg_k, exact_visitors=True)
     definitions = definition_gold.definition_metrics(
-        event_targets, visit_targets, catalog, windowing, config.metrics.hll_lg_k)
+        event_targets, visit_targets,
+        sessions.visit_targets(visits.where(F.col("visit_start") < micros(needed_end))),
+        catalog, windowing, hll_lg_k=config.metrics.hll_lg_k)
     in_span = between("window_start", span.start, span.end)
     return Recomputed(
         visits=sessions.with_lineage(visits.where(between("visit_start", span.start, span.end)),

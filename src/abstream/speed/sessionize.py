@@ -22,8 +22,9 @@ instead of its streaming state stores. Each micro-batch
 4. appends to both gold tables what changed: each event's targets it had not been counted
    for yet (an event is counted as soon as it arrives, and again for a population it joins
    later, when its visit meets an experiment or an exposure: its visit's entries now against
-   those of the visit it was counted in before), and the visit numbers of the visits that
-   closed;
+   those of the visit it was counted in before), the visit numbers of the visits that
+   closed, and the units of the visits it sessionized (a unit counted again, in the window
+   it was counted in before, changes no merged sketch);
 5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
    its events (its generation): those it sessionized whole (silver's columns), the others
    by their key, end and events alone, as they are whole in their generation's snapshot.
@@ -299,12 +300,13 @@ def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[
     return report
 
 
-GoldAppend = Callable[[DataFrame, DataFrame, str, int], None]
+GoldAppend = Callable[[DataFrame, DataFrame, DataFrame, str, int], None]
 
 
 def _gold_append(ctx: Context, timed: Callable[[str, Any], Any]) -> GoldAppend:
-    """What appends a micro-batch's gold increments, from its fresh event targets and the
-    targets of the visits that closed, to both gold tables."""
+    """What appends a micro-batch's gold increments, from its fresh event targets, the
+    targets of the visits that closed and those of the visits it sessionized (whose units
+    count), to both gold tables."""
     spark, metrics = ctx.spark, ctx.config.metrics
     windowing = gold.Windowing.of(metrics)
     append_gold = timed("gold append", sinks.AppendOnce(
@@ -312,12 +314,13 @@ def _gold_append(ctx: Context, timed: Callable[[str, Any], Any]) -> GoldAppend:
     append_definitions = timed("definitions append", sinks.AppendOnce(
         ensure_table(spark, DEFINITIONS_TABLE, ctx.layout), DEFINITIONS_TABLE.partition_by))
 
-    def append(fresh: DataFrame, closed: DataFrame, writer_id: str, batch_id: int) -> None:
+    def append(fresh: DataFrame, closed: DataFrame, units: DataFrame, writer_id: str,
+               batch_id: int) -> None:
         append_gold(gold.with_lineage(gold.experiment_metrics(
             fresh, closed, windowing, metrics.hll_lg_k), SPEED), writer_id, batch_id)
         append_definitions(definition_gold.with_lineage(definition_gold.definition_metrics(
-            fresh, closed, metrics.catalog, windowing, metrics.hll_lg_k), SPEED),
-            writer_id, batch_id)
+            fresh, closed, units, metrics.catalog, windowing,
+            hll_lg_k=metrics.hll_lg_k), SPEED), writer_id, batch_id)
 
     return append
 
@@ -388,7 +391,8 @@ def build(ctx: Context) -> DataStreamWriter:
                 fresh = fresh_targets(
                     sessionized, sessions.visit_entries(visits),
                     sessions.visit_entries(_whole(state, touched_visits, touched_in)))
-                append_gold(fresh, sessions.visit_targets(closed), writer_id, batch_id)
+                append_gold(fresh, sessions.visit_targets(closed), sessions.visit_targets(visits),
+                            writer_id, batch_id)
             finally:
                 visits.unpersist()
         finally:

@@ -32,6 +32,14 @@ from abstream.stages.parts import matches, visit_fact
 from abstream.stages.sessions import ASSIGNED, TARGET
 
 _DIMENSION = ("dimension", "dimension_value")
+#: The fewest tasks the sketches are aggregated in, each a share of the windows and targets
+#: (no partial aggregation): a task holds a sketch per group, and past
+#: ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` groups Spark sorts its
+#: input instead of hashing it. A micro-batch of 500,000 beacons makes 41,000 groups of
+#: units: in 2 tasks they were sorted (8.2 s of task time), in 8 hashed (3.2 s).
+SKETCH_TASKS = 8
+#: What a row is the totals of.
+_KEY = ("window", *TARGET, *_DIMENSION)
 #: The columns of a row that come from its definition's struct (``_row``).
 _FROM_ROW = {"metric", "fingerprint", "units_sketch", "numerator", "denominator",
              "converted_sketch", "values_sketch"}
@@ -90,21 +98,24 @@ def _visit_amount(measure: Measure) -> Column:
     return visit_fact(measure.part())
 
 
-def _first(on_event: bool) -> Column:
-    """Whether a row is its unit's first in its target: the event that starts its visit
-    (the assigned population) or its first exposure (the qualified one). Units are counted
-    there only, once per visit and target instead of once per event."""
-    if not on_event:
-        return F.lit(False)
-    exposure = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
+def _dimension_values(dimensions: list[str]) -> list[Column]:
+    return [F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)]
+
+
+def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool) -> DataFrame:
+    """A row per visit and target that counts its unit (``first``): at the visit's start
+    for the assigned population, at its first exposure for the qualified one."""
+    at = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
         .otherwise(F.col("exposed_at"))
-    return F.coalesce(F.col("event_ts") == exposure, F.lit(False))
+    visit = [_visit_id().alias("visit")] if counts_visits else []
+    return units.select(at.alias("ts"), *TARGET, "visitor_id", *visit,
+                        F.lit(True).alias("first"), *_dimension_values(dimensions))
 
 
 def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions: list[str],
            on_event: bool) -> DataFrame:
-    """A row per event or visit and target: its dimension values (``dim0``, ...), what it
-    adds to each definition, and whether it counts its unit (``_first``)."""
+    """A row per event or visit and target: its dimension values (``dim0``, ...) and what
+    it adds to each definition."""
     amount = _event_amount if on_event else _visit_amount
     columns: list[Column] = []
     for i, d in enumerate(definitions):
@@ -112,12 +123,9 @@ def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions
         columns.append(amount(d.numerator or d.measure).alias(names.numerator))
         if d.denominator is not None:
             columns.append(amount(d.denominator).alias(names.denominator))
-    units = [_visit_id().alias("visit")] if _counts_visits(definitions) else []
-    return rows.select(
-        F.col(time).alias("ts"), *TARGET, "visitor_id", *units, _first(on_event).alias("first"),
-        *(F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)),
-        *columns,
-    )
+    visit = [_visit_id().alias("visit")] if _counts_visits(definitions) else []
+    return rows.select(F.col(time).alias("ts"), *TARGET, "visitor_id", *visit,
+                       F.lit(False).alias("first"), *_dimension_values(dimensions), *columns)
 
 
 def _by_dimension(rows: DataFrame, dimensions: list[str]) -> DataFrame:
@@ -135,16 +143,17 @@ def _counts_visits(definitions: list[Definition]) -> bool:
     return any(d.unit == "visit" for d in definitions)
 
 
-def _sketches(definitions: list[Definition], hll_lg_k: int) -> tuple[list[Column], Column]:
-    """The sketch aggregates (units, converted units, quantile values) and which rows they
-    read."""
+def _sketches(definitions: list[Definition], hll_lg_k: int
+              ) -> tuple[list[Column], Column | None]:
+    """The sketch aggregates (units, converted units, quantile values), and which event
+    and visit rows they read besides the units' (None: none)."""
     def units(column: str, when: Column) -> Column:
         return F.hll_sketch_agg(F.when(when, F.col(column)), hll_lg_k)
 
     aggregates = [units("visitor_id", F.col("first")).alias("visitor_units")]
     if _counts_visits(definitions):
         aggregates.append(units("visit", F.col("first")).alias("visit_units"))
-    read = [F.col("first")]
+    read: list[Column] = []
     for i, d in enumerate(definitions):
         names = _Columns(i)
         if d.kind == "proportion":
@@ -155,19 +164,35 @@ def _sketches(definitions: list[Definition], hll_lg_k: int) -> tuple[list[Column
         if d.kind == "quantile":
             aggregates.append(F.kll_sketch_agg_double(names.numerator).alias(names.value))
             read.append(F.col(names.numerator).isNotNull())
-    return aggregates, reduce(Column.__or__, read)
+    return aggregates, reduce(Column.__or__, read) if read else None
 
 
-def definition_metrics(events: DataFrame | None, visits: DataFrame | None, catalog: Catalog,
-                       windowing: Windowing, hll_lg_k: int = 12) -> DataFrame:
+def _summed(facts: DataFrame, definitions: list[Definition], dimensions: list[str],
+            window: Column) -> DataFrame:
+    """The sums per key: first per combination of dimension values, then over those, each
+    combination once overall and once per dimension (rows many times fewer than the
+    facts')."""
+    summed = [name for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
+    combinations = facts.withColumn("window", window).groupBy(
+        "window", *TARGET, *(f"dim{j}" for j in range(len(dimensions)))).agg(
+        *(F.coalesce(F.sum(name), F.lit(0.0)).alias(name) for name in summed))
+    return _by_dimension(combinations, dimensions).groupBy(*_KEY).agg(
+        *(F.sum(name).alias(name) for name in summed))
+
+
+def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units: DataFrame,
+                       catalog: Catalog, windowing: Windowing, *, hll_lg_k: int = 12
+                       ) -> DataFrame:
     """Gold's ``definition_metrics`` rows (without ``layer``/``computed_at``) from rows of
     events (``sessions.event_targets``) and/or closed visits (``sessions.visit_targets``),
-    both with their visit's ``dimensions``.
+    both with their visit's ``dimensions``, and the targets of the visits whose ``units``
+    count (``sessions.visit_targets``: a unit counts where its visit starts or is first
+    exposed; counted again, as in the next micro-batch, it changes no merged sketch).
 
-    The sums are aggregated over every row, the sketches over the rows they read (a unit's
-    first, a conversion, a quantile's value), and joined by key: Spark sums in its fast
-    hash aggregate whatever the number of keys, and aggregates sketches in one that falls
-    back to sorting its input beyond
+    The sums are aggregated over every row, the sketches over the units' rows and the
+    event and visit rows they read (a conversion, a quantile's value), and joined by key:
+    Spark sums in its fast hash aggregate whatever the number of keys, and aggregates
+    sketches in one that falls back to sorting its input beyond
     ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys."""
     definitions = served(catalog)
     given = [rows for rows in (events, visits) if rows is not None]
@@ -182,19 +207,24 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, catal
                                           (visits, "visit_start", False))
              if rows is not None]
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
-    sums = [F.coalesce(F.sum(name), F.lit(0.0)).alias(name)
-            for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
-    sketches, read = _sketches(definitions, hll_lg_k)
-    names = ["window", *TARGET, *_DIMENSION]
     window = windowing.window(F.col("ts")).alias("window")
-    summed = _by_dimension(union.withColumn("window", window), dimensions) \
-        .groupBy(*names).agg(*sums).alias("s")
-    sketched = _by_dimension(union.where(read).withColumn("window", window), dimensions) \
-        .groupBy(*names).agg(*sketches).alias("k")
+    sketches, read = _sketches(definitions, hll_lg_k)
+    sketch_rows = _unit_rows(units, dimensions, _counts_visits(definitions))
+    if read is not None:
+        sketch_rows = sketch_rows.unionByName(union.where(read), allowMissingColumns=True)
+    summed = _summed(union, definitions, dimensions, window).alias("s")
+    tasks = max(SKETCH_TASKS, int(str(union.sparkSession.conf.get(
+        "spark.sql.shuffle.partitions"))))
+    sketched = _by_dimension(
+        sketch_rows.withColumn("window", window).repartition(tasks, "window", *TARGET),
+        dimensions).groupBy(*_KEY).agg(*sketches).alias("k")
     totals = summed.join(
         sketched, reduce(Column.__and__, (F.col(f"s.{k}").eqNullSafe(F.col(f"k.{k}"))
-                                          for k in names)), "left",
-    ).select("s.*", *(F.col(f"k.{c}") for c in sketched.columns if c not in names))
+                                          for k in _KEY)), "full",
+    ).select(*(F.coalesce(F.col(f"s.{k}"), F.col(f"k.{k}")).alias(k) for k in _KEY),
+             *(F.coalesce(F.col(f"s.{c}"), F.lit(0.0)).alias(c)
+               for c in summed.columns if c not in _KEY),
+             *(F.col(f"k.{c}") for c in sketched.columns if c not in _KEY))
     return totals.select(
         *TARGET, F.col("window.start").alias("window_start"),
         F.col("window.end").alias("window_end"), *_DIMENSION,

@@ -220,16 +220,18 @@ def event_targets(started: DataFrame, entries: DataFrame) -> DataFrame:
         entries.select(*VISIT, F.col("id").alias("experiment_id"), "variant", "qualified",
                        "exposed_at", "dimensions"), list(VISIT))
     exposed = _exposed(F.col("qualified"), F.col("exposed_at"), F.col("event_ts"))
-    return joined.select(*kept, "experiment_id", "variant", "dimensions", "exposed_at",
+    return joined.select(*kept, "experiment_id", "variant", "dimensions",
                          F.explode(_populations(exposed)).alias("population"))
 
 
 def visit_targets(visits: DataFrame) -> DataFrame:
     """One row per visit and what it counts for (``TARGET``): each entry's assigned
-    population, and the qualified one of the entries it was exposed to."""
+    population, and the qualified one of the entries it was exposed to (from its first
+    exposure, ``exposed_at``)."""
     kept = [c for c in visits.columns if c != "experiments"]
     return visits.select(*kept, F.explode("experiments").alias("e")).select(
         *kept, F.col("e.id").alias("experiment_id"), F.col("e.variant").alias("variant"),
+        F.col("e.exposed_at").alias("exposed_at"),
         F.explode(_populations(F.col("e.qualified"))).alias("population"))
 
 
