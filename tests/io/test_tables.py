@@ -22,11 +22,13 @@ from abstream.io.tables import (
     METRICS_TABLE,
     SESSIONS_TABLE,
     TABLES,
+    _clear_interrupted_creation,
     ensure_table,
     events_table,
 )
 from abstream.layout import Layout
 from abstream.schemas import EVENTS, SESSIONS, VISIT_ENTRY
+from tests.helpers import T0_BRONZE, bronze_row
 
 
 def _stats_of_first_file(path: str) -> dict:
@@ -184,6 +186,21 @@ def test_a_folder_with_data_but_no_commit_is_refused_and_kept(spark, tmp_path, l
         ensure_table(spark, EVENTS_TABLE, layout)
 
     assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
+
+
+def test_a_table_delta_answers_no_for_is_kept_when_its_log_holds_a_commit(spark, tmp_path):
+    """Delta can answer "no table" from the log it cached, for a table moved away while a
+    query read it and moved back: a commit on disk is what counts, nothing is refused."""
+    layout = Layout.of(tmp_path)
+    path = ensure_table(spark, EVENTS_TABLE, layout)
+    spark.createDataFrame([bronze_row("e1", T0_BRONZE)], EVENTS).write.format("delta") \
+        .mode("append").save(path)
+    before = sorted(p.relative_to(path) for p in Path(path).rglob("*"))
+
+    _clear_interrupted_creation(spark, EVENTS_TABLE, path)
+
+    assert sorted(p.relative_to(path) for p in Path(path).rglob("*")) == before
+    assert spark.read.format("delta").load(path).count() == 1
 
 
 def test_a_log_with_a_staged_commit_only_is_refused_and_kept(spark, tmp_path):

@@ -109,6 +109,10 @@ def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str)
     is refused, with nothing deleted."""
     files = HadoopFiles(spark, path)
     delta_log = posixpath.join(path, "_delta_log")
+    if files.exists(delta_log) and _committed(files.names(delta_log)):
+        # A table, whatever Delta answered from the log it had cached (it can answer so
+        # for a table moved away while a query read it, and moved back).
+        return
     others = sorted(name for name in files.names(path) if name != "_delta_log")
     if others:
         raise UsageError(
