@@ -98,6 +98,12 @@ def _visit_amount(measure: Measure) -> Column:
     return visit_fact(measure.part())
 
 
+def _unit_ids(counts_visits: bool) -> list[Column]:
+    """A row's units: its visitor, and its visit where a definition counts visits."""
+    visit = [_visit_id().alias("visit")] if counts_visits else []
+    return [F.col("visitor_id"), *visit]
+
+
 def _dimension_values(dimensions: list[str]) -> list[Column]:
     return [F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)]
 
@@ -107,15 +113,15 @@ def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool) -> 
     for the assigned population, at its first exposure for the qualified one."""
     at = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
         .otherwise(F.col("exposed_at"))
-    visit = [_visit_id().alias("visit")] if counts_visits else []
-    return units.select(at.alias("ts"), *TARGET, "visitor_id", *visit,
+    return units.select(at.alias("ts"), *TARGET, *_unit_ids(counts_visits),
                         F.lit(True).alias("first"), *_dimension_values(dimensions))
 
 
 def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions: list[str],
            on_event: bool) -> DataFrame:
     """A row per event or visit and target: its dimension values (``dim0``, ...) and what
-    it adds to each definition."""
+    it adds to each definition (no ``first``: joined to the units' rows, it is NULL, and
+    counts no unit)."""
     amount = _event_amount if on_event else _visit_amount
     columns: list[Column] = []
     for i, d in enumerate(definitions):
@@ -123,9 +129,8 @@ def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions
         columns.append(amount(d.numerator or d.measure).alias(names.numerator))
         if d.denominator is not None:
             columns.append(amount(d.denominator).alias(names.denominator))
-    visit = [_visit_id().alias("visit")] if _counts_visits(definitions) else []
-    return rows.select(F.col(time).alias("ts"), *TARGET, "visitor_id", *visit,
-                       F.lit(False).alias("first"), *_dimension_values(dimensions), *columns)
+    return rows.select(F.col(time).alias("ts"), *TARGET, *_unit_ids(_counts_visits(definitions)),
+                       *_dimension_values(dimensions), *columns)
 
 
 def _by_dimension(rows: DataFrame, dimensions: list[str]) -> DataFrame:
