@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The suite's tests run in this many processes, a module each at a time (each its own
+# SparkSession): most of a test's time is the driver's, one core each.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning \
 	bench-sessionize bench-lag-scrape bench-latency bench-maintain chaos bench-deps system-deps clean help
@@ -49,7 +52,7 @@ demo: $(STAMP) jars
 	$(BIN)/abstream demo $(ARGS)
 
 test: $(STAMP) jars lint
-	$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) jars
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -1,4 +1,6 @@
-"""Shared fixtures: one real SparkSession (local[2], Delta) for the whole test session."""
+"""Shared fixtures: one real SparkSession (local[2], Delta) for the whole test session (each
+of `make test`'s processes has its own), a Kafka broker, and one run over generated beacons
+that several modules compare their own runs with."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from abstream.batch.layer import BatchRequest, run_batch
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.spark import spark_session
 from abstream.layout import Layout
-from abstream.speed import Context
+from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
+from abstream.speed.runner import run_once
 from tests.helpers import make_config
 from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
@@ -38,6 +43,23 @@ def ctx(spark: SparkSession, tmp_path: Path) -> Iterator[Context]:
         query.stop()
 
 
+#: The beacons of ``beacons_run``: no late events, so the speed layer's visits are the
+#: batch layer's, and no malformed lines.
+BEACONS = GeneratorSettings(events=800, seed=31, malformed_rate=0.0, late_rate=0,
+                            file_events=400)
+
+
+@pytest.fixture(scope="session")
+def beacons_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Context:
+    """``run --once`` and ``batch --all`` with the default config over generated beacons
+    (``BEACONS``): the run that tests of other runs over the same lines compare theirs
+    with. Its tables are shared: read them, write nothing to its data dir."""
+    data = tmp_path_factory.mktemp("beacons") / "data"
+    context = Context(spark, make_config(data), Layout.of(data), RunStats())
+    generate(BEACONS, Path(context.layout.landing))
+    run_once(context, pipeline_components(context.config))
+    run_batch(context, BatchRequest("all"))
+    return context
 
 
 @pytest.fixture(scope="session")

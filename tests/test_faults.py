@@ -20,13 +20,11 @@ from abstream.io.tables import RESULTS_TABLE, TABLES, read_table
 from abstream.layout import Layout
 from abstream.report.build import build_report
 from abstream.report.publish import publish
-from abstream.speed import COMPONENTS, Context, pipeline_components
-from abstream.speed.progress import RunStats
+from abstream.speed import COMPONENTS, pipeline_components
 from abstream.speed.runner import run_continuously, run_once
 from tests.helpers import (
     assert_speed_layer_matches_reference,
     landing_records,
-    make_config,
     reconfigure,
     small_disk,
     wait_until,
@@ -148,25 +146,21 @@ def test_a_removed_landing_folder_is_made_again_and_later_files_are_ingested(ctx
 PUBLISHED = datetime(2026, 1, 9, tzinfo=UTC)
 
 
-def _run_batch_and_report(ctx) -> tuple[dict, list]:
-    """``run --once``, ``batch --all`` and ``report --publish``: the report, and the rows
-    published."""
-    run_once(ctx, pipeline_components(ctx.config))
-    run_batch(ctx, BatchRequest("all"))
+def _report_and_results(ctx, published: Layout) -> tuple[dict, list]:
+    """``report --publish`` of ``ctx``'s tables into the ``published`` layout's results
+    table: the report, and the rows published."""
     report = build_report(ctx.spark, ctx.layout, ctx.config)
-    publish(ctx.spark, ctx.layout, report, PUBLISHED)
-    results = read_table(ctx.spark, RESULTS_TABLE, ctx.layout).collect()
+    publish(ctx.spark, published, report, PUBLISHED)
+    results = read_table(ctx.spark, RESULTS_TABLE, published).collect()
     return report.to_dict(), sorted(map(tuple, results), key=repr)
 
 
 @pytest.fixture(scope="module")
-def clean_run(spark, tmp_path_factory):
-    """A run over ``_generated``'s records that no crash interrupted: its layout, report
-    and published rows."""
-    root = tmp_path_factory.mktemp("clean")
-    ctx = Context(spark, make_config(root / "data"), Layout.of(root / "data"), RunStats())
-    _generated(ctx, 500, seed=24)
-    return ctx.layout, *_run_batch_and_report(ctx)
+def clean_run(beacons_run, tmp_path_factory):
+    """The shared run over generated beacons, which no crash interrupted: its layout, report
+    and the rows it publishes (into a data dir of its own: the shared one is read only)."""
+    published = Layout.of(tmp_path_factory.mktemp("clean") / "data")
+    return beacons_run.layout, *_report_and_results(beacons_run, published)
 
 
 def test_tables_left_half_created_by_a_kill_are_created_again_by_run_batch_and_report(
@@ -183,7 +177,9 @@ def test_tables_left_half_created_by_a_kill_are_created_again_by_run_batch_and_r
     for i, spec in enumerate(TABLES):
         leave_half_created(spec.path(ctx.layout), states[i % 2])
 
-    report, results = _run_batch_and_report(ctx)
+    run_once(ctx, pipeline_components(ctx.config))
+    run_batch(ctx, BatchRequest("all"))
+    report, results = _report_and_results(ctx, ctx.layout)
 
     comparison = Comparison()
     compare(comparison, "speed", speed_frames(ctx.spark, layout, "files"),

@@ -33,7 +33,6 @@ from pyspark.sql import functions as F
 
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import EventsSettings
-from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
 from abstream.metrics.definitions import Catalog
 from abstream.report.moments import VariantSeries, served_series
@@ -117,25 +116,20 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(spark, tmp_path_factory) -> Runs:
-    root = tmp_path_factory.mktemp("mapping")
-    contexts = []
-    for name, sections in (("beacons", {}), ("shaped", {"events": SHAPE, "metrics": METRICS})):
-        data = root / name
-        contexts.append(Context(spark, make_config(data, **sections), Layout.of(data),
-                                RunStats()))
-    beacons, shaped = contexts
-    # No late events: the speed layer's visits are then the batch layer's.
-    generate(GeneratorSettings(events=800, seed=31, malformed_rate=0.0, late_rate=0,
-                               file_events=400), Path(beacons.layout.landing))
-    lines = landing_records(Path(beacons.layout.landing))
-    for path in sorted(Path(beacons.layout.landing).glob("beacons-*")):
+def runs(spark, tmp_path_factory, beacons_run) -> Runs:
+    """The shared run over generated beacons and a run over the same lines in ``SHAPE``
+    with the catalog ``METRICS``."""
+    data = tmp_path_factory.mktemp("mapping") / "shaped"
+    shaped = Context(spark, make_config(data, events=SHAPE, metrics=METRICS), Layout.of(data),
+                     RunStats())
+    landing = Path(beacons_run.layout.landing)
+    for path in sorted(landing.glob("beacons-*")):
         write_lines(Path(shaped.layout.landing), path.name,
                     map(_rewritten, path.read_text().splitlines()))
-    for context in contexts:
-        run_once(context, pipeline_components(context.config))
-        run_batch(context, BatchRequest("all"))
-    return Runs(beacons, shaped, reference.visits(reference.valid_unique_events(lines)))
+    run_once(shaped, pipeline_components(shaped.config))
+    run_batch(shaped, BatchRequest("all"))
+    lines = landing_records(landing)
+    return Runs(beacons_run, shaped, reference.visits(reference.valid_unique_events(lines)))
 
 
 def _without_catalog(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:

@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 from abstream.metrics.definitions import Catalog, Definition, Measure
 from abstream.schemas import DEFINITION_METRICS
 from abstream.stages.gold import Windowing
+from abstream.stages.lineage import lineage_columns
 from abstream.stages.parts import matches, visit_fact
 from abstream.stages.sessions import ASSIGNED, TARGET
 
@@ -40,9 +41,6 @@ _DIMENSION = ("dimension", "dimension_value")
 SKETCH_TASKS = 8
 #: What a row is the totals of.
 _KEY = ("window", *TARGET, *_DIMENSION)
-#: The columns of a row that come from its definition's struct (``_row``).
-_FROM_ROW = {"metric", "fingerprint", "units_sketch", "numerator", "denominator",
-             "converted_sketch", "values_sketch"}
 
 
 def served(catalog: Catalog) -> list[Definition]:
@@ -98,6 +96,13 @@ def _visit_amount(measure: Measure) -> Column:
     return visit_fact(measure.part())
 
 
+def _read_by_any(definitions: list[Definition]) -> Column:
+    """Whether an event adds to any definition's sums (none reads events: false). The
+    others add nothing: an event row's units are its unit rows'."""
+    return reduce(Column.__or__, (matches(m.events) for d in definitions
+                                  for m in d.measures() if m.events is not None), F.lit(False))
+
+
 def _unit_ids(counts_visits: bool) -> list[Column]:
     """A row's units: its visitor, and its visit where a definition counts visits."""
     visit = [_visit_id().alias("visit")] if counts_visits else []
@@ -108,20 +113,23 @@ def _dimension_values(dimensions: list[str]) -> list[Column]:
     return [F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)]
 
 
-def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool) -> DataFrame:
-    """A row per visit and target that counts its unit (``first``): at the visit's start
-    for the assigned population, at its first exposure for the qualified one."""
+def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool,
+               windowing: Windowing) -> DataFrame:
+    """A row per visit and target that counts its unit (``first``), in the window of the
+    visit's start for the assigned population, of its first exposure for the qualified
+    one."""
     at = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
         .otherwise(F.col("exposed_at"))
-    return units.select(at.alias("ts"), *TARGET, *_unit_ids(counts_visits),
-                        F.lit(True).alias("first"), *_dimension_values(dimensions))
+    return units.select(windowing.window(at).alias("window"), *TARGET,
+                        *_unit_ids(counts_visits), F.lit(True).alias("first"),
+                        *_dimension_values(dimensions))
 
 
 def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions: list[str],
-           on_event: bool) -> DataFrame:
-    """A row per event or visit and target: its dimension values (``dim0``, ...) and what
-    it adds to each definition (no ``first``: joined to the units' rows, it is NULL, and
-    counts no unit)."""
+           *, on_event: bool, windowing: Windowing) -> DataFrame:
+    """A row per event or visit and target: its window (of ``time``), its dimension values
+    (``dim0``, ...) and what it adds to each definition (no ``first``: joined to the units'
+    rows, it is NULL, and counts no unit)."""
     amount = _event_amount if on_event else _visit_amount
     columns: list[Column] = []
     for i, d in enumerate(definitions):
@@ -129,19 +137,19 @@ def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions
         columns.append(amount(d.numerator or d.measure).alias(names.numerator))
         if d.denominator is not None:
             columns.append(amount(d.denominator).alias(names.denominator))
-    return rows.select(F.col(time).alias("ts"), *TARGET, *_unit_ids(_counts_visits(definitions)),
+    return rows.select(windowing.window(F.col(time)).alias("window"), *TARGET,
+                       *_unit_ids(_counts_visits(definitions)),
                        *_dimension_values(dimensions), *columns)
 
 
 def _by_dimension(rows: DataFrame, dimensions: list[str]) -> DataFrame:
     """Each row once overall (``dimension`` NULL) and once per dimension with its value."""
-    overall = F.struct(F.lit(None).cast("string").alias("name"),
-                       F.lit(None).cast("string").alias("value"))
-    values = [F.struct(F.lit(name).alias("name"), F.col(f"dim{j}").alias("value"))
+    overall = F.struct(F.lit(None).cast("string").alias(_DIMENSION[0]),
+                       F.lit(None).cast("string").alias(_DIMENSION[1]))
+    values = [F.struct(F.lit(name).alias(_DIMENSION[0]), F.col(f"dim{j}").alias(_DIMENSION[1]))
               for j, name in enumerate(dimensions)]
     kept = [c for c in rows.columns if not c.startswith("dim")]
-    return rows.select(*kept, F.explode(F.array(overall, *values)).alias("d")).select(
-        *kept, F.col("d.name").alias("dimension"), F.col("d.value").alias("dimension_value"))
+    return rows.select(*kept, F.inline(F.array(overall, *values)))
 
 
 def _counts_visits(definitions: list[Definition]) -> bool:
@@ -172,13 +180,13 @@ def _sketches(definitions: list[Definition], hll_lg_k: int
     return aggregates, reduce(Column.__or__, read) if read else None
 
 
-def _summed(facts: DataFrame, definitions: list[Definition], dimensions: list[str],
-            window: Column) -> DataFrame:
+def _summed(facts: DataFrame, definitions: list[Definition], dimensions: list[str]
+            ) -> DataFrame:
     """The sums per key: first per combination of dimension values, then over those, each
     combination once overall and once per dimension (rows many times fewer than the
     facts')."""
     summed = [name for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
-    combinations = facts.withColumn("window", window).groupBy(
+    combinations = facts.groupBy(
         "window", *TARGET, *(f"dim{j}" for j in range(len(dimensions)))).agg(
         *(F.coalesce(F.sum(name), F.lit(0.0)).alias(name) for name in summed))
     return _by_dimension(combinations, dimensions).groupBy(*_KEY).agg(
@@ -194,8 +202,10 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
     count (``sessions.visit_targets``: a unit counts where its visit starts or is first
     exposed; counted again, as in the next micro-batch, it changes no merged sketch).
 
-    The sums are aggregated over every row, the sketches over the units' rows and the
-    event and visit rows they read (a conversion, a quantile's value), and joined by key:
+    The sums are aggregated over the visit rows and the event rows some definition reads
+    (most events of a micro-batch are read by none: a pageview adds nothing to orders), the
+    sketches over the units' rows and the event and visit rows they read (a conversion, a
+    quantile's value), and joined by key:
     Spark sums in its fast hash aggregate whatever the number of keys, and aggregates
     sketches in one that falls back to sorting its input beyond
     ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys."""
@@ -207,35 +217,32 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
         return given[0].sparkSession.createDataFrame([], StructType(
             [f for f in DEFINITION_METRICS.fields if f.name not in ("layer", "computed_at")]))
     dimensions = [d.name for d in catalog.dimensions]
-    facts = [_facts(rows, time, definitions, dimensions, on_event)
+    if events is not None:
+        events = events.where(_read_by_any(definitions))
+    facts = [_facts(rows, time, definitions, dimensions, on_event=on_event, windowing=windowing)
              for rows, time, on_event in ((events, "event_ts", True),
                                           (visits, "visit_start", False))
              if rows is not None]
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
-    window = windowing.window(F.col("ts")).alias("window")
     sketches, read = _sketches(definitions, hll_lg_k)
-    sketch_rows = _unit_rows(units, dimensions, _counts_visits(definitions))
+    sketch_rows = _unit_rows(units, dimensions, _counts_visits(definitions), windowing)
     if read is not None:
         sketch_rows = sketch_rows.unionByName(union.where(read), allowMissingColumns=True)
-    summed = _summed(union, definitions, dimensions, window).alias("s")
+    summed = _summed(union, definitions, dimensions).alias("s")
     tasks = max(SKETCH_TASKS, int(str(union.sparkSession.conf.get(
         "spark.sql.shuffle.partitions"))))
-    sketched = _by_dimension(
-        sketch_rows.withColumn("window", window).repartition(tasks, "window", *TARGET),
-        dimensions).groupBy(*_KEY).agg(*sketches).alias("k")
-    totals = summed.join(
+    sketched = _by_dimension(sketch_rows.repartition(tasks, "window", *TARGET), dimensions) \
+        .groupBy(*_KEY).agg(*sketches).alias("k")
+    def either(key: str) -> Column:
+        return F.coalesce(F.col(f"s.{key}"), F.col(f"k.{key}"))
+
+    window = either("window")
+    return summed.join(
         sketched, reduce(Column.__and__, (F.col(f"s.{k}").eqNullSafe(F.col(f"k.{k}"))
                                           for k in _KEY)), "full",
-    ).select(*(F.coalesce(F.col(f"s.{k}"), F.col(f"k.{k}")).alias(k) for k in _KEY),
-             *(F.coalesce(F.col(f"s.{c}"), F.lit(0.0)).alias(c)
-               for c in summed.columns if c not in _KEY),
-             *(F.col(f"k.{c}") for c in sketched.columns if c not in _KEY))
-    return totals.select(
-        *TARGET, F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"), *_DIMENSION,
-        F.explode(F.array(*(_row(i, d) for i, d in enumerate(definitions)))).alias("m"),
-    ).select(*(F.col(f"m.{f.name}").alias(f.name) if f.name in _FROM_ROW else F.col(f.name)
-               for f in DEFINITION_METRICS.fields if f.name not in ("layer", "computed_at")))
+    ).select(*(either(k).alias(k) for k in TARGET), window["start"].alias("window_start"),
+             window["end"].alias("window_end"), *(either(k).alias(k) for k in _DIMENSION),
+             F.inline(F.array(*(_row(i, d) for i, d in enumerate(definitions)))))
 
 
 def _row(i: int, d: Definition) -> Column:
@@ -245,18 +252,22 @@ def _row(i: int, d: Definition) -> Column:
     def present(name: str, kind: str, given: bool) -> Column:
         return (F.col(name) if given else F.lit(None)).cast(kind)
 
+    def summed(name: str) -> Column:
+        return F.coalesce(F.col(f"s.{name}"), F.lit(0.0))
+
     return F.struct(
         F.lit(d.name).alias("metric"), F.lit(d.fingerprint).alias("fingerprint"),
-        F.col("visit_units" if d.unit == "visit" else "visitor_units").alias("units_sketch"),
-        F.col(names.numerator).alias("numerator"),
-        present(names.denominator, "double", d.denominator is not None).alias("denominator"),
-        present(names.converted, "binary", d.kind == "proportion").alias("converted_sketch"),
-        present(names.value, "binary", d.kind == "quantile").alias("values_sketch"),
+        F.col("k.visit_units" if d.unit == "visit" else "k.visitor_units")
+        .alias("units_sketch"),
+        summed(names.numerator).alias("numerator"),
+        (summed(names.denominator) if d.denominator is not None
+         else F.lit(None).cast("double")).alias("denominator"),
+        present(f"k.{names.converted}", "binary", d.kind == "proportion")
+        .alias("converted_sketch"),
+        present(f"k.{names.value}", "binary", d.kind == "quantile").alias("values_sketch"),
     )
 
 
 def with_lineage(rows: DataFrame, layer: str) -> DataFrame:
     """Add ``layer`` and ``computed_at`` and fix the column order of the table."""
-    return rows.select(
-        "*", F.lit(layer).alias("layer"), F.current_timestamp().alias("computed_at"),
-    ).select(*DEFINITION_METRICS.fieldNames())
+    return rows.select(*lineage_columns(DEFINITION_METRICS, layer))

@@ -18,6 +18,7 @@ from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
 from abstream.observed import FRESHNESS, FRESHNESS_BUCKETS
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL
+from abstream.stages.lineage import lineage_columns
 from abstream.stages.sessions import TARGET
 
 _LONG_MEASURES = ("events", "pageviews", "add_to_carts", "orders", "units", "errors",
@@ -163,6 +164,4 @@ def observe_freshness(events: DataFrame) -> DataFrame:
 
 def with_lineage(metrics: DataFrame, layer: str) -> DataFrame:
     """Add ``layer`` and ``computed_at`` and fix the column order of the gold table."""
-    return metrics.select(
-        "*", F.lit(layer).alias("layer"), F.current_timestamp().alias("computed_at"),
-    ).select(*EXPERIMENT_METRICS.fieldNames())
+    return metrics.select(*lineage_columns(EXPERIMENT_METRICS, layer))

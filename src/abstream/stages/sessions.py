@@ -36,6 +36,7 @@ from abstream.schemas import (
     VISIT_ENTRY,
 )
 from abstream.stages import parts
+from abstream.stages.lineage import lineage_columns
 
 ASSIGNED, QUALIFIED = POPULATIONS
 
@@ -237,9 +238,5 @@ def visit_targets(visits: DataFrame) -> DataFrame:
 
 def with_lineage(visits: DataFrame, layer: str) -> DataFrame:
     """Add the silver bookkeeping columns and fix the column order."""
-    return visits.select(
-        "*",
-        F.lit(layer).alias("layer"),
-        F.current_timestamp().alias("computed_at"),
-        F.to_date("visit_start").alias("visit_date"),
-    ).select(*SESSIONS.fieldNames())
+    return visits.select(*lineage_columns(
+        SESSIONS, layer, visit_date=F.to_date("visit_start")))

@@ -1,0 +1,16 @@
+"""The bookkeeping columns every table of both layers carries: which layer wrote a row and
+when."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+
+def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Column]:
+    """The ``table``'s columns in its order: ``layer``, ``computed_at`` (the write's time),
+    ``more`` by name and the others as they are (one projection)."""
+    added = {"layer": F.lit(layer), "computed_at": F.current_timestamp(), **more}
+    return [added[name].alias(name) if name in added else F.col(name)
+            for name in table.fieldNames()]
