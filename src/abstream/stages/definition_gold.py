@@ -233,6 +233,7 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
         "spark.sql.shuffle.partitions"))))
     sketched = _by_dimension(sketch_rows.repartition(tasks, "window", *TARGET), dimensions) \
         .groupBy(*_KEY).agg(*sketches).alias("k")
+
     def either(key: str) -> Column:
         return F.coalesce(F.col(f"s.{key}"), F.col(f"k.{key}"))
 
