@@ -5,10 +5,12 @@ the same beacons in the same run.
 Each side runs as the throughput benchmark's pipeline side does (``run --once`` in a cold
 JVM, peak RSS of its process tree sampled); the version before the catalog is the git
 revision ``--before`` (default: the last commit before the input mapping and the catalog),
-checked out into a worktree and run from there. Gold rows are counted from each gold
-table's Delta log (its files' record counts).
+checked out into a worktree and run from there. The sides run in ``--repeat`` rounds, one
+run of each per round, so that a slower spell of the machine falls on all of them; a side's
+figures are those of its median run. Gold rows are counted from each gold table's Delta log
+(its files' record counts).
 
-    python -m bench.catalog_cost [--events 500000] [--before REV]
+    python -m bench.catalog_cost [--events 500000] [--before REV] [--repeat 3]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import statistics
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -123,6 +126,8 @@ def main() -> int:
     parser = dataset_parser(__doc__, 500_000)
     parser.add_argument("--before", default=BEFORE,
                         help="the git revision to measure as the version before the catalog")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of runs; each side's figures are its median run's")
     args = parser.parse_args()
     log_progress()
     landing = dataset(args.events, args.seed)
@@ -140,27 +145,40 @@ def main() -> int:
         "benchmark": "catalog_cost", "events": records, "before": args.before, "sides": {},
         "catalog": CATALOG, "machine": machine(), "master": "local[2]",
         "when": datetime.now(UTC).isoformat(timespec="seconds")}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     try:
-        for number, (name, (config_file, source)) in enumerate(sides.items(), 1):
-            log.info("side %d of %d: %s", number, len(sides), name)
-            data = work / f"side-{number}"
-            measured = run_phase("pipeline", landing, data, config_file, source=source)
-            end_to_end = round(sum(measured["seconds"].values()), 2)
-            result["sides"][name] = {
-                "seconds": measured["seconds"], "end_to_end": end_to_end,
-                "events_per_s": rate(records, end_to_end),
-                "peak_rss_mb": measured["peak_rss_mb"],
-                "step_seconds": measured["step_seconds"],
-                "gold_rows": {table: gold_rows(data / "tables" / table)
-                              for table in GOLD_TABLES}}
-            shutil.rmtree(data, ignore_errors=True)
-            write_result(result, f"catalog-cost-{records}", final=False)
+        for round_number in range(1, args.repeat + 1):
+            for number, (name, (config_file, source)) in enumerate(sides.items(), 1):
+                log.info("round %d of %d, side %d of %d: %s", round_number, args.repeat, number,
+                         len(sides), name)
+                data = work / f"side-{number}"
+                measured = run_phase("pipeline", landing, data, config_file, source=source)
+                runs[name].append({
+                    "seconds": measured["seconds"],
+                    "end_to_end": round(sum(measured["seconds"].values()), 2),
+                    "peak_rss_mb": measured["peak_rss_mb"],
+                    "step_seconds": measured["step_seconds"],
+                    "gold_rows": {table: gold_rows(data / "tables" / table)
+                                  for table in GOLD_TABLES}})
+                shutil.rmtree(data, ignore_errors=True)
+                result["sides"][name] = _median_run(runs[name], records)
+                write_result(result, f"catalog-cost-{records}", final=False)
     finally:
         remove_checkout(before)
     _compare(result)
     print_table(result)
     write_result(result, f"catalog-cost-{records}")
     return 0
+
+
+def _median_run(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
+    """A side's figures: those of its median run by end-to-end time (of the two middle
+    ones, the faster), with every run's time and the median peak RSS."""
+    ordered = sorted(runs, key=lambda run: run["end_to_end"])
+    median = ordered[(len(ordered) - 1) // 2]
+    return {**median, "events_per_s": rate(records, median["end_to_end"]),
+            "peak_rss_mb": round(statistics.median(run["peak_rss_mb"] for run in runs)),
+            "runs_end_to_end": [run["end_to_end"] for run in runs]}
 
 
 def _compare(result: dict[str, Any]) -> None:
@@ -183,6 +201,9 @@ def print_table(result: dict[str, Any]) -> None:
               f"{side['time_vs_before']:>9} {side['peak_rss_mb']:>12,} "
               f"{side['rss_vs_before']:>9} {rows['experiment_metrics'] or 0:>10,} "
               f"{rows['definition_metrics'] or 0:>16,}")
+    print(f"\n{'side':<30} every run, seconds (the table shows the median run)")
+    for name, side in result["sides"].items():
+        print(f"{name:<30} " + ", ".join(f"{s:.1f}" for s in side["runs_end_to_end"]))
     print(f"\n{'side':<30} sessionize's steps, seconds")
     for name, side in result["sides"].items():
         steps = side["step_seconds"].get("sessionize", {})

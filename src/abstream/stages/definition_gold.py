@@ -33,11 +33,12 @@ from abstream.stages.parts import matches, visit_fact
 from abstream.stages.sessions import ASSIGNED, TARGET
 
 _DIMENSION = ("dimension", "dimension_value")
-#: The fewest tasks the sketches are aggregated in, each a share of the windows and targets
-#: (no partial aggregation): a task holds a sketch per group, and past
-#: ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` groups Spark sorts its
-#: input instead of hashing it. A micro-batch of 500,000 beacons makes 41,000 groups of
-#: units: in 2 tasks they were sorted (8.2 s of task time), in 8 hashed (3.2 s).
+#: The fewest tasks the sketches are built in, each a share of the windows and targets (no
+#: partial aggregation): a task holds a sketch per window, target and combination of
+#: dimension values, and past ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold``
+#: of them Spark sorts its input instead of hashing it. A micro-batch of 500,000 beacons
+#: made 41,000 groups when each dimension value was sketched apart: in 2 tasks they were
+#: sorted (8.2 s of task time), in 8 hashed (3.2 s).
 SKETCH_TASKS = 8
 #: What a row is the totals of.
 _KEY = ("window", *TARGET, *_DIMENSION)
@@ -157,40 +158,37 @@ def _counts_visits(definitions: list[Definition]) -> bool:
 
 
 def _sketches(definitions: list[Definition], hll_lg_k: int
-              ) -> tuple[list[Column], Column | None]:
-    """The sketch aggregates (units, converted units, quantile values), and which event
-    and visit rows they read besides the units' (None: none)."""
+              ) -> tuple[list[Column], list[Column], Column | None]:
+    """The sketch aggregates (units, converted units, quantile values) over rows, those
+    that merge their sketches, and which event and visit rows they read besides the units'
+    (None: none)."""
     def units(column: str, when: Column) -> Column:
         return F.hll_sketch_agg(F.when(when, F.col(column)), hll_lg_k)
 
-    aggregates = [units("visitor_id", F.col("first")).alias("visitor_units")]
+    built = [units("visitor_id", F.col("first")).alias("visitor_units")]
+    merged = [F.hll_union_agg("visitor_units").alias("visitor_units")]
     if _counts_visits(definitions):
-        aggregates.append(units("visit", F.col("first")).alias("visit_units"))
+        built.append(units("visit", F.col("first")).alias("visit_units"))
+        merged.append(F.hll_union_agg("visit_units").alias("visit_units"))
     read: list[Column] = []
     for i, d in enumerate(definitions):
         names = _Columns(i)
         if d.kind == "proportion":
             converted = F.col(names.numerator) > 0
-            aggregates.append(units("visit" if d.unit == "visit" else "visitor_id", converted)
-                              .alias(names.converted))
+            built.append(units("visit" if d.unit == "visit" else "visitor_id", converted)
+                         .alias(names.converted))
+            merged.append(F.hll_union_agg(names.converted).alias(names.converted))
             read.append(converted)
         if d.kind == "quantile":
-            aggregates.append(F.kll_sketch_agg_double(names.numerator).alias(names.value))
+            built.append(F.kll_sketch_agg_double(names.numerator).alias(names.value))
+            merged.append(F.kll_merge_agg_double(names.value).alias(names.value))
             read.append(F.col(names.numerator).isNotNull())
-    return aggregates, reduce(Column.__or__, read) if read else None
+    return built, merged, reduce(Column.__or__, read) if read else None
 
 
-def _summed(facts: DataFrame, definitions: list[Definition], dimensions: list[str]
-            ) -> DataFrame:
-    """The sums per key: first per combination of dimension values, then over those, each
-    combination once overall and once per dimension (rows many times fewer than the
-    facts')."""
-    summed = [name for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
-    combinations = facts.groupBy(
-        "window", *TARGET, *(f"dim{j}" for j in range(len(dimensions)))).agg(
-        *(F.coalesce(F.sum(name), F.lit(0.0)).alias(name) for name in summed))
-    return _by_dimension(combinations, dimensions).groupBy(*_KEY).agg(
-        *(F.sum(name).alias(name) for name in summed))
+def _partial(name: str) -> str:
+    """The name of a sum over part of a key's rows."""
+    return f"sum_{name}"
 
 
 def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units: DataFrame,
@@ -202,13 +200,16 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
     count (``sessions.visit_targets``: a unit counts where its visit starts or is first
     exposed; counted again, as in the next micro-batch, it changes no merged sketch).
 
-    The sums are aggregated over the visit rows and the event rows some definition reads
-    (most events of a micro-batch are read by none: a pageview adds nothing to orders), the
-    sketches over the units' rows and the event and visit rows they read (a conversion, a
-    quantile's value), and joined by key:
-    Spark sums in its fast hash aggregate whatever the number of keys, and aggregates
-    sketches in one that falls back to sorting its input beyond
-    ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys."""
+    The sums are taken over the visit rows and the event rows some definition reads (most
+    events of a micro-batch are read by none: a pageview adds nothing to orders), first
+    per window, target and combination of dimension values in Spark's fast hash
+    aggregate. Those partial sums, the units' rows and the event and visit rows the
+    sketches read (a conversion, a quantile's value) are then aggregated per combination,
+    the sketches built from rows (in ``SKETCH_TASKS`` tasks: Spark aggregates sketches in
+    a hash map that falls back to sorting its input beyond
+    ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys), and last each
+    combination overall and per dimension, the sketches merged: a row is sketched once,
+    not once per dimension."""
     definitions = served(catalog)
     given = [rows for rows in (events, visits) if rows is not None]
     if not given:
@@ -217,6 +218,7 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
         return given[0].sparkSession.createDataFrame([], StructType(
             [f for f in DEFINITION_METRICS.fields if f.name not in ("layer", "computed_at")]))
     dimensions = [d.name for d in catalog.dimensions]
+    combination = ["window", *TARGET, *(f"dim{j}" for j in range(len(dimensions)))]
     if events is not None:
         events = events.where(_read_by_any(definitions))
     facts = [_facts(rows, time, definitions, dimensions, on_event=on_event, windowing=windowing)
@@ -224,26 +226,23 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
                                           (visits, "visit_start", False))
              if rows is not None]
     union = facts[0] if len(facts) == 1 else facts[0].unionByName(facts[1])
-    sketches, read = _sketches(definitions, hll_lg_k)
-    sketch_rows = _unit_rows(units, dimensions, _counts_visits(definitions), windowing)
+    summed = [name for i, d in enumerate(definitions) for name in _Columns(i).summed(d)]
+    built, merged, read = _sketches(definitions, hll_lg_k)
+    rows = _unit_rows(units, dimensions, _counts_visits(definitions), windowing)
     if read is not None:
-        sketch_rows = sketch_rows.unionByName(union.where(read), allowMissingColumns=True)
-    summed = _summed(union, definitions, dimensions).alias("s")
+        rows = rows.unionByName(union.where(read), allowMissingColumns=True)
+    rows = rows.unionByName(union.groupBy(*combination).agg(
+        *(F.sum(name).alias(_partial(name)) for name in summed)), allowMissingColumns=True)
     tasks = max(SKETCH_TASKS, int(str(union.sparkSession.conf.get(
         "spark.sql.shuffle.partitions"))))
-    sketched = _by_dimension(sketch_rows.repartition(tasks, "window", *TARGET), dimensions) \
-        .groupBy(*_KEY).agg(*sketches).alias("k")
-
-    def either(key: str) -> Column:
-        return F.coalesce(F.col(f"s.{key}"), F.col(f"k.{key}"))
-
-    window = either("window")
-    return summed.join(
-        sketched, reduce(Column.__and__, (F.col(f"s.{k}").eqNullSafe(F.col(f"k.{k}"))
-                                          for k in _KEY)), "full",
-    ).select(*(either(k).alias(k) for k in TARGET), window["start"].alias("window_start"),
-             window["end"].alias("window_end"), *(either(k).alias(k) for k in _DIMENSION),
-             F.inline(F.array(*(_row(i, d) for i, d in enumerate(definitions)))))
+    # Partitioned by window and target, every aggregate after this one runs in its tasks.
+    combinations = rows.repartition(tasks, "window", *TARGET).groupBy(*combination).agg(
+        *built, *(F.sum(_partial(name)).alias(name) for name in summed))
+    totals = _by_dimension(combinations, dimensions).groupBy(*_KEY).agg(
+        *merged, *(F.sum(name).alias(name) for name in summed))
+    return totals.select(*TARGET, F.col("window.start").alias("window_start"),
+                         F.col("window.end").alias("window_end"), *_DIMENSION,
+                         F.inline(F.array(*(_row(i, d) for i, d in enumerate(definitions)))))
 
 
 def _row(i: int, d: Definition) -> Column:
@@ -254,18 +253,18 @@ def _row(i: int, d: Definition) -> Column:
         return (F.col(name) if given else F.lit(None)).cast(kind)
 
     def summed(name: str) -> Column:
-        return F.coalesce(F.col(f"s.{name}"), F.lit(0.0))
+        return F.coalesce(F.col(name), F.lit(0.0))
 
     return F.struct(
         F.lit(d.name).alias("metric"), F.lit(d.fingerprint).alias("fingerprint"),
-        F.col("k.visit_units" if d.unit == "visit" else "k.visitor_units")
+        F.col("visit_units" if d.unit == "visit" else "visitor_units")
         .alias("units_sketch"),
         summed(names.numerator).alias("numerator"),
         (summed(names.denominator) if d.denominator is not None
          else F.lit(None).cast("double")).alias("denominator"),
-        present(f"k.{names.converted}", "binary", d.kind == "proportion")
+        present(names.converted, "binary", d.kind == "proportion")
         .alias("converted_sketch"),
-        present(f"k.{names.value}", "binary", d.kind == "quantile").alias("values_sketch"),
+        present(names.value, "binary", d.kind == "quantile").alias("values_sketch"),
     )
 
 
