@@ -15,12 +15,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from abstream.batch.ranges import TimeRange
 from abstream.config import Config
+from abstream.io import local_disk
 from abstream.stages import dedupe, definition_gold, gold, sessions
 from abstream.times import from_micros, micros_from
 from abstream.topology import BATCH
@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Recomputed:
-    """One range's batch-layer rows and what they depend on. The sessionized events (on
-    disk) and the assembled visits (cached) stay until ``release``."""
+    """One range's batch-layer rows and what they depend on. The sessionized events and the
+    assembled visits (on local disk) stay until ``release``."""
 
     visits: DataFrame
     gold: DataFrame
@@ -42,25 +42,15 @@ class Recomputed:
     depends_from: datetime
     depends_until: datetime
     events_on_disk: DataFrame
-    visits_cached: DataFrame
+    visits_on_disk: DataFrame
 
     def release(self) -> None:
-        _free(self.events_on_disk, self.visits_cached)
+        _free(self.events_on_disk, self.visits_on_disk)
 
 
-def _on_disk(frame: DataFrame) -> DataFrame:
-    """``frame`` computed once into local disk blocks, row by row. Spark's columnar cache
-    builds each batch of the sessionized events (their experiments arrays) on the heap and
-    ran a 1 GB driver out of memory on a day of 1,976,274 events, with MEMORY_AND_DISK and
-    DISK_ONLY alike."""
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
-
-
-def _free(on_disk: DataFrame, cached: DataFrame) -> None:
-    """Drop the disk blocks of a frame from ``_on_disk`` (a local checkpoint has no Python
-    handle of its own: its blocks are the RDD under its plan) and a cached frame."""
-    on_disk._jdf.queryExecution().logical().rdd().unpersist(False)
-    cached.unpersist()
+def _free(*frames: DataFrame) -> None:
+    for frame in frames:
+        local_disk.drop(frame)
 
 
 def micros(ts: datetime) -> Column:
@@ -98,9 +88,9 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
                      min(needed_end + config.batch.lookahead, data.end))
     while True:
         # Sessionized once for the visits and the gold rows.
-        started = _on_disk(sessions.with_visit_start(
+        started = local_disk.on_disk(sessions.with_visit_start(
             _read(bronze, read.start, read.end, columns), gap))
-        visits = sessions.assemble_visits(started, catalog).persist(StorageLevel.MEMORY_AND_DISK)
+        visits = local_disk.on_disk(sessions.assemble_visits(started, catalog))
         # The visits with events in the windows: they must be whole.
         overlapping = (F.col("visit_start") < micros(needed_end)) \
             & (F.col("visit_end") >= micros(span.start))
@@ -144,5 +134,5 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
         depends_from=min(first, span.start) - gap,
         depends_until=max(needed_end, last + gap),
         events_on_disk=started,
-        visits_cached=visits,
+        visits_on_disk=visits,
     )

@@ -54,7 +54,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from abstream.io import sinks
+from abstream.io import local_disk, sinks
 from abstream.io.sources import BatchEnd, CommitsRead, delta_stream
 from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
 from abstream.io.tables import (
@@ -338,7 +338,8 @@ def build(ctx: Context) -> DataStreamWriter:
         ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
     append_gold = _gold_append(ctx, timed)
     snapshot_events = timed("events snapshot", _snapshot_events)
-    leave_open = timed("visits and open snapshot", _leave_open)
+    visits_on_disk = timed("visits", local_disk.on_disk)
+    leave_open = timed("open snapshot", _leave_open)
     checkpoint = ctx.layout.checkpoint(NAME)
     commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
     state = StateSnapshots(spark, checkpoint + "/state",
@@ -372,8 +373,10 @@ def build(ctx: Context) -> DataStreamWriter:
             # Everything below reads the snapshot just written: the micro-batch is sessionized
             # once.
             sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
-            visits = sessions.assemble_visits(sessionized, ctx.config.metrics.catalog) \
-                .persist(StorageLevel.MEMORY_AND_DISK)
+            # Assembled once, row by row on local disk: read for the open snapshot, silver
+            # and both gold tables.
+            visits = visits_on_disk(
+                sessions.assemble_visits(sessionized, ctx.config.metrics.catalog))
             try:
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
@@ -394,7 +397,7 @@ def build(ctx: Context) -> DataStreamWriter:
                 append_gold(fresh, sessions.visit_targets(closed), sessions.visit_targets(visits),
                             writer_id, batch_id)
             finally:
-                visits.unpersist()
+                local_disk.drop(visits)
         finally:
             new.unpersist()
             touched.unpersist()
