@@ -45,12 +45,7 @@ class Recomputed:
     visits_on_disk: DataFrame
 
     def release(self) -> None:
-        _free(self.events_on_disk, self.visits_on_disk)
-
-
-def _free(*frames: DataFrame) -> None:
-    for frame in frames:
-        local_disk.drop(frame)
+        local_disk.drop(self.events_on_disk, self.visits_on_disk)
 
 
 def micros(ts: datetime) -> Column:
@@ -105,7 +100,7 @@ def recompute(bronze: DataFrame, span: TimeRange, data: TimeRange,
             break
         log.info("a visit runs on past %s: reading the rest of bronze",
                  read.start if cut_before else read.end)
-        _free(started, visits)
+        local_disk.drop(started, visits)
         read = TimeRange(data.start if cut_before else read.start,
                          data.end if cut_after else read.end)
 

@@ -17,7 +17,8 @@ def on_disk(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
-def drop(frame: DataFrame) -> None:
-    """Drop the disk blocks of a frame from ``on_disk`` (a local checkpoint has no Python
+def drop(*frames: DataFrame) -> None:
+    """Drop the disk blocks of frames from ``on_disk`` (a local checkpoint has no Python
     handle of its own: its blocks are the RDD under its plan)."""
-    frame._jdf.queryExecution().logical().rdd().unpersist(False)
+    for frame in frames:
+        frame._jdf.queryExecution().logical().rdd().unpersist(False)

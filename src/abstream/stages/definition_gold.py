@@ -18,6 +18,7 @@ does not know) has no gold rows. A row's dimension value is its visit's (``dimen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
@@ -129,7 +130,7 @@ def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool,
 def _facts(rows: DataFrame, time: str, definitions: list[Definition], dimensions: list[str],
            *, on_event: bool, windowing: Windowing) -> DataFrame:
     """A row per event or visit and target: its window (of ``time``), its dimension values
-    (``dim0``, ...) and what it adds to each definition (no ``first``: joined to the units'
+    (``dim0``, ...) and what it adds to each definition (no ``first``: beside the units'
     rows, it is NULL, and counts no unit)."""
     amount = _event_amount if on_event else _visit_amount
     columns: list[Column] = []
@@ -162,26 +163,29 @@ def _sketches(definitions: list[Definition], hll_lg_k: int
     """The sketch aggregates (units, converted units, quantile values) over rows, those
     that merge their sketches, and which event and visit rows they read besides the units'
     (None: none)."""
-    def units(column: str, when: Column) -> Column:
-        return F.hll_sketch_agg(F.when(when, F.col(column)), hll_lg_k)
+    built: list[Column] = []
+    merged: list[Column] = []
 
-    built = [units("visitor_id", F.col("first")).alias("visitor_units")]
-    merged = [F.hll_union_agg("visitor_units").alias("visitor_units")]
+    def sketch(name: str, aggregate: Column, merge: Callable[[str], Column]) -> None:
+        built.append(aggregate.alias(name))
+        merged.append(merge(name).alias(name))
+
+    def units(name: str, column: str, when: Column) -> None:
+        sketch(name, F.hll_sketch_agg(F.when(when, F.col(column)), hll_lg_k), F.hll_union_agg)
+
+    units("visitor_units", "visitor_id", F.col("first"))
     if _counts_visits(definitions):
-        built.append(units("visit", F.col("first")).alias("visit_units"))
-        merged.append(F.hll_union_agg("visit_units").alias("visit_units"))
+        units("visit_units", "visit", F.col("first"))
     read: list[Column] = []
     for i, d in enumerate(definitions):
         names = _Columns(i)
         if d.kind == "proportion":
             converted = F.col(names.numerator) > 0
-            built.append(units("visit" if d.unit == "visit" else "visitor_id", converted)
-                         .alias(names.converted))
-            merged.append(F.hll_union_agg(names.converted).alias(names.converted))
+            units(names.converted, "visit" if d.unit == "visit" else "visitor_id", converted)
             read.append(converted)
         if d.kind == "quantile":
-            built.append(F.kll_sketch_agg_double(names.numerator).alias(names.value))
-            merged.append(F.kll_merge_agg_double(names.value).alias(names.value))
+            sketch(names.value, F.kll_sketch_agg_double(names.numerator),
+                   F.kll_merge_agg_double)
             read.append(F.col(names.numerator).isNotNull())
     return built, merged, reduce(Column.__or__, read) if read else None
 
