@@ -49,7 +49,7 @@ GOLD_TABLES = ("experiment_metrics", "definition_metrics")
 ORDER, PAGEVIEW = "order", "pageview"
 
 #: 20 definitions of every kind but windows (which gold does not hold), two of them
-#: quantiles, and the default catalog's two dimensions.
+#: quantiles, and two dimensions (the default catalog has none).
 CATALOG: dict[str, Any] = {
     "dimensions": [{"name": "device", "property": "device"},
                    {"name": "country", "property": "country"}],

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from abstream.config import Config, EventsSettings
 from abstream.metrics.catalog import default_catalog
+from abstream.metrics.definitions import Catalog
 from abstream.schemas import EVENTS
 from abstream.speed import Context
 
@@ -25,6 +26,11 @@ from abstream.speed import Context
 BEACON = EventsSettings()
 #: The default metric catalog.
 CATALOG = default_catalog()
+#: The dimensions of the generator's beacons (declared: the default catalog has none).
+DIMENSIONS = [{"name": "device", "property": "device"}, {"name": "country", "property": "country"}]
+#: The default definitions with ``DIMENSIONS``.
+CATALOG_BY_DIMENSIONS = Catalog.model_validate(
+    {"definitions": CATALOG.definitions, "dimensions": DIMENSIONS})
 
 #: When the bronze rows that tests build arrived and were ingested.
 T0_BRONZE = datetime(2026, 1, 5, 10, 0)

@@ -43,9 +43,14 @@ def test_help_lists_the_commands():
      "weights must be positive"),
     (["maintain", "--dry-run"], {"ABSTREAM__MAINTAIN__ATTEMPTS": "0"},
      "config: maintain.attempts:"),
-    (["report", "--by", "planet"], {}, "--by planet: no such dimension in metrics.dimensions "
-                                       "(device, country)"),
-    (["report", "--by", "device", "--publish"], {}, "--by and --publish"),
+    (["report", "--by", "device"], {}, "--by device: no such dimension in metrics.dimensions "
+                                       "(none is declared)"),
+    (["report", "--by", "planet"], {"ABSTREAM__METRICS__DIMENSIONS": "[{name: device, "
+                                    "property: device}]"},
+     "--by planet: no such dimension in metrics.dimensions (device)"),
+    (["report", "--by", "device", "--publish"], {"ABSTREAM__METRICS__DIMENSIONS": "[{name: "
+                                                "device, property: device}]"},
+     "--by and --publish"),
     (["metrics"], {"ABSTREAM__METRICS__DEFINITIONS": "[{name: x, kind: mean}]"},
      "config: metrics.definitions.0: give events (a filter)"),
     (["generate", "--events", "10", "--effect", "conversion=0.1@device=watch"], {},

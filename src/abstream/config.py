@@ -31,7 +31,7 @@ from pydantic import (
 
 from abstream.durations import parse_duration
 from abstream.errors import ConfigError
-from abstream.metrics.catalog import default_definitions, default_dimensions
+from abstream.metrics.catalog import default_definitions
 from abstream.metrics.definitions import Catalog, Definition, Dimension, Measure
 
 ENV_PREFIX = "ABSTREAM__"
@@ -250,8 +250,7 @@ def catalog_problems(catalog: Catalog, events: EventsSettings) -> list[str]:
     for dimension in catalog.dimensions:
         if dimension.property not in events.properties:
             found.append(f"dimension {dimension.name!r}: property: {dimension.property!r} is "
-                         f"not one of events.properties ({', '.join(events.properties)}); "
-                         "declare metrics.dimensions for your events ([] for none)")
+                         f"not one of events.properties ({', '.join(events.properties)})")
     return found
 
 
@@ -313,8 +312,8 @@ class MetricsSettings(_Section):
     #: The metric catalog (docs/metrics.md); the default is the package's
     #: ``resources/metrics.yaml``.
     definitions: list[Definition] = Field(default_factory=default_definitions, min_length=1)
-    #: What ``abstream report --by`` breaks results down by.
-    dimensions: list[Dimension] = Field(default_factory=default_dimensions)
+    #: What results are broken down by (``abstream report --by``): none unless declared.
+    dimensions: list[Dimension] = Field(default_factory=list)
 
     @property
     def catalog(self) -> Catalog:

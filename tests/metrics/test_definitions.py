@@ -12,7 +12,7 @@ from abstream.cli import main
 from abstream.config import Config, EventsSettings, catalog_problems, load_config
 from abstream.errors import ConfigError
 from abstream.metrics.catalog import default_catalog, problems
-from abstream.metrics.definitions import Catalog, Definition, MetricWindow
+from abstream.metrics.definitions import Catalog, Definition, Dimension, MetricWindow
 
 
 def _definition(**fields) -> Definition:
@@ -30,8 +30,7 @@ def test_the_default_catalog_is_the_five_comparisons_of_the_beacon():
     ]
     assert catalog.parts() == ("bounce_visits", "error_visits", "visits", "count[order]",
                                "sum_revenue[order]")
-    assert [(d.name, d.property, d.max_values) for d in catalog.dimensions] == [
-        ("device", "device", 20), ("country", "country", 20)]
+    assert catalog.dimensions == []
     assert Config().metrics.catalog == catalog
 
 
@@ -163,10 +162,11 @@ def test_what_a_catalog_reads_must_be_in_the_input_mapping():
     ]
     without_device = EventsSettings().model_copy(update={"properties": {
         k: v for k, v in EventsSettings().properties.items() if k != "device"}})
-    assert catalog_problems(default_catalog(), without_device) == [
+    by_device = Catalog(definitions=default_catalog().definitions,
+                        dimensions=[Dimension(name="device", property="device")])
+    assert catalog_problems(by_device, without_device) == [
         "dimension 'device': property: 'device' is not one of events.properties (page, "
-        "country, revenue, units, page_load_ms); declare metrics.dimensions for your events "
-        "([] for none)"]
+        "country, revenue, units, page_load_ms)"]
 
 
 def test_a_config_whose_catalog_does_not_fit_its_events_is_one_line(tmp_path):

@@ -32,7 +32,7 @@ from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
 from tests import reference
-from tests.helpers import CATALOG, landing_records, make_config
+from tests.helpers import CATALOG, DIMENSIONS, landing_records, make_config
 
 EXPERIMENT = "checkout_button"
 CONTRACT_VARIANT = {"variant", "visitors", "visits", "bounces", "orders", "revenue", "units",
@@ -56,8 +56,9 @@ class Served:
 def served(spark, tmp_path_factory):
     data = tmp_path_factory.mktemp("report") / "data"
     # Small data: every comparison is made from two units on a side.
-    ctx = Context(spark, make_config(data, report={"min_units": 2}), Layout.of(data),
-                  RunStats())
+    ctx = Context(spark, make_config(data, report={"min_units": 2},
+                                     metrics={"dimensions": DIMENSIONS}),
+                  Layout.of(data), RunStats())
     listener = ProgressListener(ctx.stats)
     spark.streams.addListener(listener)
     try:

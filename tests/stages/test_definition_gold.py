@@ -68,6 +68,25 @@ def test_units_count_where_their_visit_starts_and_each_dimension_value_apart(spa
     assert got[("buyers", "qualified", 5, "mobile")] == (1.0, 0, 1)
 
 
+def _estimated(frame):
+    """Rows of ``frame`` as sorted tuples, the sketches as their estimates."""
+    return sorted(map(tuple, frame.select(
+        "metric", "population", "window_start", "dimension", "dimension_value", "numerator",
+        F.hll_sketch_estimate("units_sketch").alias("units"),
+        F.hll_sketch_estimate("converted_sketch").alias("converted")).collect()), key=repr)
+
+
+def test_without_dimensions_the_rows_are_those_overall_with_them(spark):
+    plain = Catalog(definitions=CATALOG.definitions)
+    events, visits = _targets(spark, plain)
+    rows = _estimated(definition_metrics(events, visits, visits, plain, FIVE))
+    events, visits = _targets(spark, CATALOG)
+    overall = _estimated(definition_metrics(events, visits, visits, CATALOG, FIVE)
+                         .where(F.col("dimension").isNull()))
+    assert rows == overall
+    assert len(rows) == 8
+
+
 def test_a_catalog_of_windows_only_has_no_gold_rows(spark):
     catalog = Catalog.model_validate({"definitions": [
         {"name": "orders_first_hour", "kind": "mean", "events": "order",
@@ -82,11 +101,7 @@ def test_a_unit_counted_again_changes_no_row(spark):
     events, visits = _targets(spark, CATALOG)
 
     def rows(units):
-        frame = definition_metrics(events, visits, units, CATALOG, FIVE).select(
-            "metric", "population", "window_start", "dimension_value", "numerator",
-            F.hll_sketch_estimate("units_sketch").alias("units"),
-            F.hll_sketch_estimate("converted_sketch").alias("converted"))
-        return sorted(map(tuple, frame.collect()), key=repr)
+        return _estimated(definition_metrics(events, visits, units, CATALOG, FIVE))
 
     once = rows(visits)
     assert once == rows(visits.unionByName(visits))

@@ -11,7 +11,7 @@ from abstream.stages.sessions import (
     with_lineage,
     with_visit_start,
 )
-from tests.helpers import CATALOG, bronze_frame, bronze_row
+from tests.helpers import CATALOG, CATALOG_BY_DIMENSIONS, bronze_frame, bronze_row
 
 T0 = datetime(2026, 1, 5, 10, 0)
 GAP = timedelta(minutes=35)
@@ -180,5 +180,5 @@ def test_a_visit_keeps_each_dimension_of_its_first_event_that_has_the_property(s
             bronze_row("e2", T0 + timedelta(seconds=5), device="mobile", country="FR"),
             bronze_row("e3", T0 + timedelta(seconds=9), device="desktop")]
     (visit,) = assemble_visits(with_visit_start(bronze_frame(spark, rows), GAP),
-                               CATALOG).collect()
+                               CATALOG_BY_DIMENSIONS).collect()
     assert visit["dimensions"] == {"device": "mobile", "country": "DE"}

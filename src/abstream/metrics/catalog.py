@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from abstream.errors import ConfigError
-from abstream.metrics.definitions import Catalog, Definition, Dimension
+from abstream.metrics.definitions import Catalog, Definition
 from abstream.rendering import render_table
 
 
@@ -24,10 +24,6 @@ def default_catalog() -> Catalog:
 
 def default_definitions() -> list[Definition]:
     return list(default_catalog().definitions)
-
-
-def default_dimensions() -> list[Dimension]:
-    return list(default_catalog().dimensions)
 
 
 def problems(raw: Any) -> list[str]:

@@ -29,7 +29,7 @@ def dimension_named(catalog: Catalog, name: str) -> Dimension:
     """The catalog's dimension ``name``; a ``UsageError`` naming the others without it."""
     dimension = catalog.dimension(name)
     if dimension is None:
-        names = ", ".join(d.name for d in catalog.dimensions) or "none"
+        names = ", ".join(d.name for d in catalog.dimensions) or "none is declared"
         raise UsageError(f"--by {name}: no such dimension in metrics.dimensions ({names})")
     return dimension
 

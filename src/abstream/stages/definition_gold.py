@@ -213,7 +213,7 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
     a hash map that falls back to sorting its input beyond
     ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold`` keys), and last each
     combination overall and per dimension, the sketches merged: a row is sketched once,
-    not once per dimension."""
+    not once per dimension (without dimensions, a combination is a row's key)."""
     definitions = served(catalog)
     given = [rows for rows in (events, visits) if rows is not None]
     if not given:
@@ -242,8 +242,9 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
     # Partitioned by window and target, every aggregate after this one runs in its tasks.
     combinations = rows.repartition(tasks, "window", *TARGET).groupBy(*combination).agg(
         *built, *(F.sum(_partial(name)).alias(name) for name in summed))
-    totals = _by_dimension(combinations, dimensions).groupBy(*_KEY).agg(
-        *merged, *(F.sum(name).alias(name) for name in summed))
+    totals = _by_dimension(combinations, dimensions)
+    if dimensions:
+        totals = totals.groupBy(*_KEY).agg(*merged, *(F.sum(name).alias(name) for name in summed))
     return totals.select(*TARGET, F.col("window.start").alias("window_start"),
                          F.col("window.end").alias("window_end"), *_DIMENSION,
                          F.inline(F.array(*(_row(i, d) for i, d in enumerate(definitions)))))
