@@ -21,6 +21,7 @@ from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, ReportSettings
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
+from abstream.metrics.definitions import Dimension
 from abstream.monitor.experiments import ExperimentCollector
 from abstream.report.build import Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
@@ -338,3 +339,24 @@ def test_a_breakdown_by_device_has_each_values_visitors_and_corrects_per_family(
     assert document["dimension"] == "device"
     assert {e["value"] for e in document["experiments"]} == values
     assert set(document["experiments"][0]["variants"][0]) == {"variant", "visitors"}
+
+
+def test_a_breakdown_leaves_out_the_visits_computed_before_its_dimension_and_says_so(served):
+    """Visits computed before a dimension was declared have no value for it (not even
+    ``(none)``): left out, counted, and the fix named."""
+    config = served.ctx.config
+    page = Dimension(name="page", property="page")
+    later = config.model_copy(update={"metrics": config.metrics.model_copy(
+        update={"dimensions": [*config.metrics.dimensions, page]})})
+    report = build_report(served.ctx.spark, served.ctx.layout, later, by="page")
+    assert report.experiments == []
+    covered = report.dimension_coverage
+    assert covered is not None and covered.without == covered.visits > 0
+    text = render_text(report)
+    assert f"page: {covered.visits:,} of {covered.visits:,} visits (started " in text
+    assert "were computed before this dimension was declared: left out; `abstream batch " \
+        "--all`" in text
+    assert report.to_dict()["visits_without_dimension"] == covered.visits
+    by_device = build_report(served.ctx.spark, served.ctx.layout, config, by="device")
+    assert by_device.dimension_coverage is not None
+    assert by_device.dimension_coverage.without == 0

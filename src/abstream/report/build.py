@@ -27,9 +27,10 @@ from abstream.report.moments import (
     Moments,
     VariantSeries,
     coverage,
+    covered,
     served_series,
 )
-from abstream.report.segments import dimension_named, segmented_visits, split
+from abstream.report.segments import computed_with, dimension_named, segmented_visits, split
 from abstream.report.statistics import (
     Comparison,
     Inference,
@@ -210,10 +211,17 @@ class Report:
     coverage: dict[str, Coverage] = field(default_factory=dict)
     #: The dimension the experiments are broken down by (``report --by``).
     dimension: str | None = None
+    #: Of the served visits, those computed with the dimension.
+    dimension_coverage: Coverage | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
         by = {} if self.dimension is None else {"dimension": self.dimension}
+        if self.dimension_coverage is not None:
+            c = self.dimension_coverage
+            by |= {"visits_without_dimension": c.without,
+                   "without_dimension_from": _iso(c.without_from),
+                   "without_dimension_to": _iso(c.without_to)}
         return {"as_of": _iso(self.as_of), "confidence": s.confidence, "inference": s.inference,
                 "sequential_tuning": s.sequential_tuning, "correction": s.correction, **by,
                 "metrics": [self._metric(d) for d in self.catalog.definitions],
@@ -387,5 +395,6 @@ def _breakdown(spark: SparkSession, layout: Layout, config: Config, by: str) -> 
             series={k[2]: s for k, s in series.items() if k[:2] == (segmented_id, population)},
             times=times, settings=settings, catalog=catalog), segment=value))
     as_of = newest_window_end(serving_view(spark, layout, name=None))
+    (with_dimension,) = covered(visits, {by: ~computed_with(dimension)}).values()
     return Report(as_of, settings, judged_by_family(experiments, settings), catalog,
-                  coverage(visits, catalog), by)
+                  coverage(visits, catalog), by, with_dimension)

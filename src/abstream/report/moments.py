@@ -125,14 +125,23 @@ class Coverage:
     without_to: datetime | None
 
 
+def has_key(column: str, key: str) -> Column:
+    """Whether a visit's map ``column`` has ``key`` (false where the visit has no map)."""
+    return F.coalesce(F.map_contains_key(column, F.lit(key)), F.lit(False))
+
+
 def coverage(visits: DataFrame, catalog: Catalog) -> dict[str, Coverage]:
     """Per definition, the served visits that have its parts and those that do not."""
     def has(key: str) -> Column:
-        column = "metric_values" if key.startswith("list:") else "metric_parts"
-        return F.coalesce(F.map_contains_key(column, F.lit(key)), F.lit(False))
+        return has_key("metric_values" if key.startswith("list:") else "metric_parts", key)
 
-    lacking = {d.name: ~reduce(Column.__and__, [has(k) for k in d.parts()])
-               for d in catalog.definitions}
+    return covered(visits, {d.name: ~reduce(Column.__and__, [has(k) for k in d.parts()])
+                            for d in catalog.definitions})
+
+
+def covered(visits: DataFrame, lacking: dict[str, Column]) -> dict[str, Coverage]:
+    """Per name, the served visits and those for which its ``lacking`` column holds, with
+    when the first and the last of those started."""
     row = visits.agg(F.count(F.lit(1)).alias("visits"), *(
         item for name, missing in lacking.items() for item in (
             F.count_if(missing).alias(f"{name}#without"),

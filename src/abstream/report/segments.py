@@ -3,7 +3,8 @@
 A unit's value of a dimension is the one its first visit in an experiment has (the visit's
 first event with the property): fixed when it entered the experiment, whatever it does
 later. Per experiment, the ``max_values`` values with the most units are kept and the others
-are ``other``; a unit without the property is ``(none)``.
+are ``other``; a unit without the property is ``(none)``. Visits computed before the
+dimension was declared have no value for it and are left out (the report says how many).
 
 The breakdown reuses the report's whole computation: each visit's entries are given the
 experiment id and the unit's value together (``SEPARATOR`` between them), so every
@@ -14,11 +15,12 @@ family of values, metrics and variants (``report.build.judged_by_family``).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from abstream.errors import UsageError
 from abstream.metrics.definitions import Catalog, Dimension
+from abstream.report.moments import has_key
 
 #: Between an experiment id and a dimension value in a segmented entry's id.
 SEPARATOR = "\x1f"
@@ -34,11 +36,18 @@ def dimension_named(catalog: Catalog, name: str) -> Dimension:
     return dimension
 
 
+def computed_with(dimension: Dimension) -> Column:
+    """Whether a visit was computed with ``dimension`` declared (its value may be NULL):
+    visits computed before have no value for it, not even ``(none)``."""
+    return has_key("dimensions", dimension.name)
+
+
 def segmented_visits(visits: DataFrame, dimension: Dimension) -> DataFrame:
-    """``visits`` as one row per visit and experiment entry, the entry's id naming the
-    experiment and the unit's (visitor's) value of ``dimension``."""
+    """``visits`` computed with ``dimension`` as one row per visit and experiment entry, the
+    entry's id naming the experiment and the unit's (visitor's) value of ``dimension``."""
     kept = [c for c in visits.columns if c != "experiments"]
-    entries = visits.select(*kept, F.explode("experiments").alias("entry"))
+    entries = visits.where(computed_with(dimension)) \
+        .select(*kept, F.explode("experiments").alias("entry"))
     first_visit = Window.partitionBy("entry.id", "visitor_id").orderBy("visit_start") \
         .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     valued = entries.withColumn("value", F.coalesce(

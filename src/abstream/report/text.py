@@ -97,21 +97,25 @@ def rule(report: Report) -> str:
 
 
 def coverage_lines(report: Report) -> list[str]:
-    """A line per definition that some served visits were computed without: its numbers
-    leave those visits out until the batch layer computes them again."""
-    lines = []
-    for name, c in report.coverage.items():
-        if c.without and c.without_from and c.without_to:
-            span = f"{c.without_from:%Y-%m-%d %H:%M} to {c.without_to:%Y-%m-%d %H:%M} UTC"
-            lines.append(f"{name}: {c.without:,} of {c.visits:,} visits (started {span}) were "
-                         "computed before this definition: left out; `abstream batch --all` "
-                         "(or --from/--to over them) computes them again")
-    return lines
+    """A line per definition (and the dimension of a breakdown) that some served visits
+    were computed without: its numbers leave those visits out until the batch layer
+    computes them again."""
+    left_out = [(name, c, "this definition") for name, c in report.coverage.items()]
+    if report.dimension is not None and report.dimension_coverage is not None:
+        left_out.append((report.dimension, report.dimension_coverage,
+                         "this dimension was declared"))
+    minute = "%Y-%m-%d %H:%M"
+    return [f"{name}: {c.without:,} of {c.visits:,} visits (started {c.without_from:{minute}} "
+            f"to {c.without_to:{minute}} UTC) were computed before {before}: left out; "
+            "`abstream batch --all` (or --from/--to over them) computes them again"
+            for name, c, before in left_out if c.without and c.without_from and c.without_to]
 
 
 def render_text(report: Report) -> str:
     if not report.experiments:
-        return "no experiment data yet (run the pipeline first)"
+        # Visits left out of every comparison: say why, not that there are none.
+        return "\n".join(coverage_lines(report)
+                         or ["no experiment data yet (run the pipeline first)"])
     as_of = report.as_of.strftime("%Y-%m-%d %H:%M UTC") if report.as_of else "-"
     by = "" if report.dimension is None else \
         f" by {report.dimension} (p adj. over each experiment's values, guardrails apart)"
