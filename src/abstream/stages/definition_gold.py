@@ -39,7 +39,8 @@ _DIMENSION = ("dimension", "dimension_value")
 #: dimension values, and past ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold``
 #: of them Spark sorts its input instead of hashing it. A micro-batch of 500,000 beacons
 #: made 41,000 groups when each dimension value was sketched apart: in 2 tasks they were
-#: sorted (8.2 s of task time), in 8 hashed (3.2 s).
+#: sorted (8.2 s of task time), in 8 hashed (3.2 s). Without dimensions a combination is a
+#: key (2,263 there), and ``spark.sql.shuffle.partitions`` tasks hash them.
 SKETCH_TASKS = 8
 #: What a row is the totals of.
 _KEY = ("window", *TARGET, *_DIMENSION)
@@ -237,7 +238,7 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
         rows = rows.unionByName(union.where(read), allowMissingColumns=True)
     rows = rows.unionByName(union.groupBy(*combination).agg(
         *(F.sum(name).alias(_partial(name)) for name in summed)), allowMissingColumns=True)
-    tasks = max(SKETCH_TASKS, int(str(union.sparkSession.conf.get(
+    tasks = max(SKETCH_TASKS if dimensions else 1, int(str(union.sparkSession.conf.get(
         "spark.sql.shuffle.partitions"))))
     # Partitioned by window and target, every aggregate after this one runs in its tasks.
     combinations = rows.repartition(tasks, "window", *TARGET).groupBy(*combination).agg(
