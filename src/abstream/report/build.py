@@ -28,6 +28,7 @@ from abstream.report.moments import (
     VariantSeries,
     coverage,
     covered,
+    lacking_parts,
     served_series,
 )
 from abstream.report.segments import computed_with, dimension_named, segmented_visits, split
@@ -395,6 +396,10 @@ def _breakdown(spark: SparkSession, layout: Layout, config: Config, by: str) -> 
             series={k[2]: s for k, s in series.items() if k[:2] == (segmented_id, population)},
             times=times, settings=settings, catalog=catalog), segment=value))
     as_of = newest_window_end(serving_view(spark, layout, name=None))
-    (with_dimension,) = covered(visits, {by: ~computed_with(dimension)}).values()
-    return Report(as_of, settings, judged_by_family(experiments, settings), catalog,
-                  coverage(visits, catalog), by, with_dimension)
+    # One pass over the visits for the definitions and the dimension; the dimension's key
+    # has a space, which no definition's name has.
+    dimension_key = f"--by {by}"
+    found = covered(visits, {**lacking_parts(catalog), dimension_key: ~computed_with(dimension)})
+    with_dimension = found.pop(dimension_key)
+    return Report(as_of, settings, judged_by_family(experiments, settings), catalog, found, by,
+                  with_dimension)

@@ -130,13 +130,18 @@ def has_key(column: str, key: str) -> Column:
     return F.coalesce(F.map_contains_key(column, F.lit(key)), F.lit(False))
 
 
-def coverage(visits: DataFrame, catalog: Catalog) -> dict[str, Coverage]:
-    """Per definition, the served visits that have its parts and those that do not."""
+def lacking_parts(catalog: Catalog) -> dict[str, Column]:
+    """Per definition, whether a visit lacks some of its parts (computed before it)."""
     def has(key: str) -> Column:
         return has_key("metric_values" if key.startswith("list:") else "metric_parts", key)
 
-    return covered(visits, {d.name: ~reduce(Column.__and__, [has(k) for k in d.parts()])
-                            for d in catalog.definitions})
+    return {d.name: ~reduce(Column.__and__, [has(k) for k in d.parts()])
+            for d in catalog.definitions}
+
+
+def coverage(visits: DataFrame, catalog: Catalog) -> dict[str, Coverage]:
+    """Per definition, the served visits that have its parts and those that do not."""
+    return covered(visits, lacking_parts(catalog))
 
 
 def covered(visits: DataFrame, lacking: dict[str, Column]) -> dict[str, Coverage]:
