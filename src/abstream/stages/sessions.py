@@ -95,7 +95,8 @@ def with_visit_start(events: DataFrame, gap: timedelta, apart: tuple[str, ...] =
 def _entries(started: DataFrame, catalog: Catalog) -> DataFrame:
     """One row per visit and (experiment, variant) its events list: whether the visit was
     exposed to it, the first exposure to the experiment (any variant) when it was, and the
-    orders and the catalog's event parts from then on."""
+    orders and, for an entry the visit was exposed to, the catalog's event parts from then
+    on (NULL for the others: only the qualified population reads them)."""
     listed = started.select(*VISIT, F.col("event_ts").alias("ts"),
                             F.explode("experiments").alias("e"))
     # ``qualified`` absent from a beacon (NULL) means false.
@@ -118,7 +119,7 @@ def _entries(started: DataFrame, catalog: Catalog) -> DataFrame:
         F.count_if(order_after).cast("long").alias("exposed_orders"),
         F.coalesce(F.sum(F.when(order_after, F.col("revenue"))), F.lit(0)).cast(MONEY_TOTAL)
         .alias("exposed_revenue"),
-        parts.event_parts(catalog, after).alias("exposed_parts"))
+        F.when(F.col("qualified"), parts.event_parts(catalog, after)).alias("exposed_parts"))
 
 
 def visit_counters(catalog: Catalog) -> list[Column]:
