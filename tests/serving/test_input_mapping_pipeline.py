@@ -21,6 +21,7 @@ ratio, a quantile, a visit-unit metric, a window) and a dimension of its own. Af
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ from abstream.stages.definition_gold import served
 from abstream.stages.gold import Windowing
 from tests import reference
 from tests.helpers import landing_records, make_config, write_lines
+
+log = logging.getLogger(__name__)
 
 #: Where the rewritten events keep each beacon field.
 SHAPE = EventsSettings.model_validate({
@@ -187,7 +190,9 @@ def test_every_definition_over_the_served_visits_equals_the_reference(runs):
     assert served.where(~F.col("final")).count() == 0
     _, series = served_series(served, 4, ctx.config.metrics.catalog)
 
-    assert _assert_sums(series, runs.visits, ctx.config.metrics.catalog) > 400
+    compared = _assert_sums(series, runs.visits, ctx.config.metrics.catalog)
+    log.info("served visits' sums: %d numbers equal the reference's", compared)
+    assert compared > 400
 
 
 def test_per_dimension_value_the_sums_equal_the_reference(runs):
@@ -230,6 +235,7 @@ def test_per_dimension_value_the_sums_equal_the_reference(runs):
                   for v in visits]
         compared += _assert_sums(in_value, [v for v in chosen if v["entries"]], catalog)
     assert any(split(e)[1] == "other" for e, _, _ in series), "some value is other"
+    log.info("served visits' sums per device: %d numbers equal the reference's", compared)
     assert compared > 800
 
 
@@ -284,8 +290,11 @@ def test_gold_holds_each_definitions_totals_overall_and_per_dimension_value(runs
     """``definition_metrics`` through the definitions view: per definition without a
     window, experiment, variant and population, overall and per device (its visit's)."""
     ctx = runs.shaped
-    assert _gold_checked(ctx, runs.visits) > 150
-    assert _gold_checked(ctx, runs.visits, "device") > 400
+    overall, by_device = _gold_checked(ctx, runs.visits), _gold_checked(ctx, runs.visits, "device")
+    log.info("gold's totals: %d numbers overall and %d per device equal the reference's",
+             overall, by_device)
+    assert overall > 150
+    assert by_device > 400
 
 
 def test_the_speed_layers_gold_increments_add_up_to_the_batch_layers_rows(runs):
