@@ -261,7 +261,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             started.stop()
 
 
+def _spark_loaded() -> bool:
+    """Whether this process has imported pyspark (the Spark-free commands never do)."""
+    return sys.modules.get("pyspark") is not None
+
+
 def _is_spark_error(exc: BaseException) -> bool:
+    if not _spark_loaded():
+        return False
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
@@ -269,7 +276,7 @@ def _is_spark_error(exc: BaseException) -> bool:
 
 
 def _active_spark() -> SparkSession | None:
-    if "pyspark" not in sys.modules:
+    if not _spark_loaded():
         return None
     from pyspark.sql import SparkSession
 
