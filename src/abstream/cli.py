@@ -90,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve lag and table metrics for Prometheus (no Spark needed)")
     exporter.add_argument("--port", type=int, help="override monitor.exporter.port")
 
+    serve = commands.add_parser(
+        "serve", parents=[common],
+        help="serve the published results as a JSON API (read-only; no Spark needed)")
+    serve.add_argument("--host", help="override serve.host (default 127.0.0.1; another "
+                                      "address needs serve.token)")
+    serve.add_argument("--port", type=int, help="override serve.port")
+
     demo = commands.add_parser("demo", parents=[common],
                                help="generate beacons, run the speed layer, show the results")
     demo.add_argument("--events", type=int, default=200_000, metavar="N")
@@ -230,6 +237,7 @@ COMMANDS = {"generate": commands.generate, "run": commands.run, "demo": commands
             "batch": commands.batch, "serving": commands.serving,
             "kafka-local": commands.kafka_local, "report": commands.report, "lag": commands.lag,
             "maintain": commands.maintain, "exporter": commands.exporter,
+            "serve": commands.serve,
             "jars": commands.jars, "metrics": commands.metrics}
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from abstream.config import Config, catalog_problems
-from abstream.errors import AbstreamError, UsageError
+from abstream.errors import AbstreamError, ConfigError, UsageError
 
 log = logging.getLogger("abstream")
 
@@ -243,6 +243,35 @@ def exporter(args: argparse.Namespace, config: Config) -> int:
         config = config.model_copy(update={
             "monitor": config.monitor.model_copy(update={"exporter": exporter})})
     serve_until_stopped(config, stop_on_signals("stopping"))
+    return 0
+
+
+def serve(args: argparse.Namespace, config: Config) -> int:
+    import ipaddress
+
+    import uvicorn
+
+    from abstream.api.app import create_app
+    from abstream.layout import Layout
+
+    settings = config.serve
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    token = settings.token.get_secret_value() if settings.token is not None else None
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local and token is None:
+        raise ConfigError(f"serve.host {host} can be reached from other machines: set a "
+                          "bearer token in serve.token (ABSTREAM__SERVE__TOKEN)")
+    results = Layout.of(config.data_dir).experiment_results
+    log.info("results API at http://%s:%d/api/v1/experiments (OpenAPI at "
+             "/api/v1/openapi.json)%s", host, port, "; bearer token required" if token else "")
+    # uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handlers it
+    # found: these, so that a stop is an exit 0.
+    stop_on_signals("stopped")
+    uvicorn.run(create_app(results, token), host=host, port=port, log_level="warning")
     return 0
 
 

@@ -543,6 +543,17 @@ class ReportSettings(_Section):
         return self
 
 
+class ServeSettings(_Section):
+    """``abstream serve``: the results API, read-only."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    #: The bearer token every request but ``/healthz`` must carry; required to bind
+    #: anything but a loopback address. Give it from the environment
+    #: (``ABSTREAM__SERVE__TOKEN``, or ``${NAME}`` in the file), never in the file itself.
+    token: SecretStr | None = None
+
+
 class Config(_Section):
     data_dir: str = "abstream-data"
     #: Where beacons come from: JSON-lines files in the landing folder, or a Kafka topic.
@@ -559,6 +570,7 @@ class Config(_Section):
     run: RunSettings = Field(default_factory=RunSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
     maintain: MaintainSettings = Field(default_factory=MaintainSettings)
 
     @field_validator("metrics")

@@ -22,7 +22,6 @@ from pyspark.sql.types import (
 
 from abstream.config import EventsSettings
 
-POPULATIONS = ("assigned", "qualified")
 MONEY = DecimalType(18, 2)
 MONEY_TOTAL = DecimalType(28, 2)
 MONEY_SQUARED = DecimalType(38, 4)
@@ -256,7 +255,9 @@ BATCH_COVERAGE = StructType(
 #: ``experiment_results``: the latest published report, replaced at each ``report
 #: --publish``, for the exporter. ``kind`` says which columns a row fills: ``experiment``
 #: (the SRM check), ``variant`` (visitors) or ``comparison`` (a variant against control on
-#: a metric: the lift, its confidence sequence and the adjusted p-value).
+#: a metric: the lift, its confidence sequence and the adjusted p-value). An ``experiment``
+#: row's ``document`` is the experiment and population as JSON, for ``abstream serve``:
+#: ``results`` (its entry in ``report --json``) and ``series`` (its lift over time).
 EXPERIMENT_RESULTS = StructType(
     [
         StructField("published_at", TimestampType(), False),
@@ -275,5 +276,6 @@ EXPERIMENT_RESULTS = StructType(
         StructField("lift_ci_low", DoubleType()),
         StructField("lift_ci_high", DoubleType()),
         StructField("p_value_adjusted", DoubleType()),
+        StructField("document", StringType()),
     ]
 )

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 SPEED = "speed"
 BATCH = "batch"
 
+#: The populations an experiment's numbers are computed for: every visit that lists it
+#: (``assigned``), and the visits exposed to it, from their first exposure (``qualified``).
+POPULATIONS = ("assigned", "qualified")
+
 #: The folder under the data dir where beacon files arrive (``source: files``).
 LANDING = "landing"
 

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow.parquet as pq
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from abstream.io.deltalog import DeltaLogReader
+from abstream.io.latest_rows import LatestRows
 
 log = logging.getLogger(__name__)
 
@@ -29,22 +28,11 @@ class ExperimentCollector(Collector):
     """The latest published results as gauges (nothing until something is published)."""
 
     def __init__(self, location: str) -> None:
-        self.reader = DeltaLogReader(location)
-        self._version: int | None = None
-        self._rows: list[dict[str, Any]] = []
+        self.results = LatestRows(location)
 
     def rows(self) -> list[dict[str, Any]]:
         """The table's rows at its latest version (read once per version)."""
-        self.reader.refresh()
-        version = self.reader.latest_version
-        if version is not None and version != self._version:
-            storage = self.reader.storage
-            rows: list[dict[str, Any]] = []
-            for file in self.reader.snapshot_files(version):
-                rows += pq.read_table(storage.path(file.path),
-                                      filesystem=storage.fs).to_pylist()
-            self._version, self._rows = version, rows
-        return self._rows
+        return self.results.rows()
 
     def collect(self) -> Iterator[Metric]:
         srm = GaugeMetricFamily("abstream_experiment_srm_p_value",

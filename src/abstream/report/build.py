@@ -201,6 +201,19 @@ class ExperimentReport:
             "comparisons": [c.to_dict() for c in self.comparisons],
         }
 
+    def series_dict(self) -> dict[str, Any]:
+        """The series as JSON: the points' ends, cumulative visitors per variant, and per
+        metric and variant the cumulative lift with its fixed interval and confidence
+        sequence at each point (None where there was too little data)."""
+        metrics: dict[str, dict[str, list[dict[str, float | None] | None]]] = {}
+        for (variant, metric), results in self.comparisons_over_time.items():
+            metrics.setdefault(metric, {})[variant] = [
+                None if r is None else {"lift": r.lift, **_bounds("ci", r.fixed_lift),
+                                        **_bounds("sequential_ci", r.sequential_lift)}
+                for r in results]
+        return {"times": [_iso(t) for t in self.times], "visitors": self.visitors_over_time,
+                "metrics": metrics}
+
 
 @dataclass(frozen=True)
 class Report:

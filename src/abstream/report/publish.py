@@ -1,14 +1,17 @@
-"""``abstream report --publish``: the report's headline numbers into the small Delta table
-``experiment_results``, replaced each time, where the exporter reads them without Spark.
+"""``abstream report --publish``: the report into the small Delta table
+``experiment_results``, replaced each time, where the exporter and ``abstream serve`` read
+it without Spark.
 
-Per experiment and population: the SRM p-value (with the threshold it is judged by); per
-variant: visitors; per comparison: the lift with its confidence sequence (the interval
-valid however often it is read, whatever ``report.inference`` shows) and the adjusted
-p-value, with the metric's role and which way is better, for the alert rules.
+Per experiment and population: the SRM p-value (with the threshold it is judged by) and
+the experiment's JSON document (what ``abstream serve`` answers with); per variant:
+visitors; per comparison: the lift with its confidence sequence (the interval valid
+however often it is read, whatever ``report.inference`` shows) and the adjusted p-value,
+with the metric's role and which way is better, for the alert rules.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from typing import Any
@@ -31,8 +34,9 @@ def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
     for e in report.experiments:
         key = {"published_at": published_at, "as_of": report.as_of,
                "experiment_id": e.experiment_id, "population": e.population}
+        document = {"results": e.to_dict(), "series": e.series_dict()}
         rows.append({**key, "kind": "experiment", "srm_p_value": e.srm_p_value,
-                     "srm_threshold": threshold})
+                     "srm_threshold": threshold, "document": json.dumps(document)})
         rows += [{**key, "kind": "variant", "variant": v.variant, "visitors": v.visitors}
                  for v in e.variants]
         for c in e.comparisons:

@@ -30,13 +30,13 @@ from abstream.metrics.definitions import Catalog
 from abstream.schemas import (
     MONEY,
     MONEY_TOTAL,
-    POPULATIONS,
     PROPERTY_TYPES,
     SESSIONS,
     VISIT_ENTRY,
 )
 from abstream.stages import parts
 from abstream.stages.lineage import lineage_columns
+from abstream.topology import POPULATIONS
 
 ASSIGNED, QUALIFIED = POPULATIONS
 

@@ -1,0 +1,1 @@
+"""``abstream serve``: the published results over HTTP, read-only and without Spark."""

@@ -1,0 +1,241 @@
+"""``abstream serve`` as a client meets it: a real server process, in a Python that cannot
+import pyspark, over results published from the shared pipeline run. Every response is
+validated against the OpenAPI document the server itself serves."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from abstream.api.app import finite
+from abstream.layout import Layout
+from abstream.report.build import Report, build_report
+from abstream.report.publish import publish
+from tests.servers import free_port
+
+#: ``abstream`` in a Python where ``import pyspark`` fails.
+WITHOUT_SPARK = [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
+                 "from abstream.cli import main; sys.exit(main(sys.argv[1:]))"]
+PUBLISHED = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    started_in: float
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> Answer:
+        request = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                raw, status, got = response.read(), response.status, response.headers
+        except urllib.error.HTTPError as error:
+            raw, status, got = error.read(), error.code, error.headers
+        return Answer(status, {k.lower(): v for k, v in got.items()},
+                      json.loads(raw) if raw else None)
+
+
+def start(data: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    began = time.monotonic()
+    process = subprocess.Popen([*WITHOUT_SPARK, "serve", "--data-dir", str(data),
+                                "--port", str(port), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    server = Server(f"http://127.0.0.1:{port}", process, 0.0)
+    while time.monotonic() - began < 30:
+        assert process.poll() is None, process.communicate()
+        try:
+            if server.get("/healthz").status == 200:
+                server.started_in = time.monotonic() - began
+                return server
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("serve did not answer within 30 s")
+
+
+def stop(server: Server) -> str:
+    server.process.send_signal(signal.SIGTERM)
+    _, stderr = server.process.communicate(timeout=30)
+    assert server.process.returncode == 0, stderr
+    return stderr
+
+
+@dataclass(frozen=True)
+class Published:
+    report: Report
+    layout: Layout
+    server: Server
+
+
+@pytest.fixture(scope="module")
+def published(beacons_run, tmp_path_factory) -> Iterator[Published]:
+    """The shared run's report published into a data dir of its own, and a server on it."""
+    data = tmp_path_factory.mktemp("served") / "data"
+    layout = Layout.of(str(data))
+    config = beacons_run.config
+    # Few visitors: comparisons from 2 units a side, so that every kind of value is served.
+    config = config.model_copy(update={"report": config.report.model_copy(
+        update={"min_units": 2})})
+    report = build_report(beacons_run.spark, beacons_run.layout, config)
+    publish(beacons_run.spark, layout, report, PUBLISHED)
+    server = start(data)
+    yield Published(report, layout, server)
+    stop(server)
+
+
+def _conforms(server: Server, answer: Answer, schema: str) -> None:
+    document = server.get("/api/v1/openapi.json").body
+    root = {"$ref": f"#/components/schemas/{schema}", "components": document["components"]}
+    jsonschema.Draft202012Validator.check_schema(root)
+    jsonschema.validate(answer.body, root, cls=jsonschema.Draft202012Validator)
+
+
+def test_it_starts_in_under_two_seconds_without_pyspark(published):
+    assert published.server.started_in < 2.0, published.server.started_in
+
+
+def test_the_list_has_every_experiment_and_population_with_its_times(published):
+    server, report = published.server, published.report
+    answer = server.get("/api/v1/experiments")
+    assert answer.status == 200
+    document = server.get("/api/v1/openapi.json").body
+    jsonschema.validate(answer.body, {"type": "array",
+                                      "items": {"$ref": "#/components/schemas/Summary"},
+                                      "components": document["components"]},
+                        cls=jsonschema.Draft202012Validator)
+    expected = {(e.experiment_id, e.population): e for e in report.experiments}
+    assert {(s["experiment_id"], s["population"]) for s in answer.body} == set(expected)
+    for summary in answer.body:
+        e = expected[(summary["experiment_id"], summary["population"])]
+        assert summary["variants"] == [v.variant for v in e.variants]
+        assert summary["final"] == e.final
+        assert summary["computed_at"] == "2026-03-02T08:30:00Z"
+        assert summary["data_through"] == report.as_of.isoformat().replace("+00:00", "Z")
+
+
+def test_results_are_the_experiments_entry_of_report_json(published):
+    server = published.server
+    for e in published.report.experiments:
+        answer = server.get(f"/api/v1/experiments/{e.experiment_id}/results"
+                            f"?population={e.population}")
+        assert answer.status == 200
+        _conforms(server, answer, "Results")
+        assert answer.body == finite(json.loads(json.dumps(e.to_dict())))
+        assert answer.body["comparisons"], e.experiment_id
+
+
+def test_the_timeseries_is_the_reports_lift_over_time(published):
+    server = published.server
+    e = next(x for x in published.report.experiments if x.population == "qualified")
+    answer = server.get(f"/api/v1/experiments/{e.experiment_id}/timeseries"
+                        "?population=qualified&metric=conversion_rate")
+    assert answer.status == 200
+    _conforms(server, answer, "Timeseries")
+    points = answer.body["points"]
+    assert [p["time"] for p in points] == [t.isoformat().replace("+00:00", "Z")
+                                          for t in e.times]
+    over_time = e.comparisons_over_time[("treatment", "conversion_rate")]
+    for point, comparison, visitors in zip(points, over_time,
+                                           e.visitors_over_time["control"], strict=True):
+        assert point["visitors"]["control"] == visitors
+        found = point["variants"]["treatment"]
+        if comparison is None:
+            assert found is None
+            continue
+        assert found["lift"] == pytest.approx(comparison.lift)
+        assert (found["ci_low"], found["ci_high"]) == pytest.approx(
+            (comparison.fixed_lift.low, comparison.fixed_lift.high))
+        assert (found["sequential_ci_low"], found["sequential_ci_high"]) == pytest.approx(
+            (comparison.sequential_lift.low, comparison.sequential_lift.high))
+    assert points[-1]["variants"]["treatment"] is not None
+
+
+@pytest.mark.parametrize(("path", "status", "parameter", "words"), [
+    ("/api/v1/experiments/no_such/results", 404, None, "no experiment 'no_such'"),
+    ("/api/v1/experiments/checkout_button/results?population=everyone", 400, "population",
+     "'everyone' is not one of assigned, qualified"),
+    ("/api/v1/experiments/checkout_button/results?populaton=assigned", 400, "populaton",
+     "unknown parameter 'populaton'"),
+    ("/api/v1/experiments/checkout_button/results?dimension=device", 404, "dimension",
+     "no breakdown by 'device'"),
+    ("/api/v1/experiments/checkout_button/timeseries", 400, "metric", "metric is required"),
+    ("/api/v1/experiments/checkout_button/timeseries?metric=nps", 400, "metric",
+     "'nps' is not one of"),
+    ("/api/v2/nothing", 404, None, "no such path: /api/v2/nothing"),
+])
+def test_a_wrong_request_says_what_was_wrong(published, path, status, parameter, words):
+    answer = published.server.get(path)
+    assert answer.status == status
+    _conforms(published.server, answer, "Error")
+    assert words in answer.body["error"]
+    assert answer.body.get("parameter") == parameter
+
+
+def test_the_etag_is_the_results_version_and_changes_when_they_are_published_again(
+        published, beacons_run):
+    server, path = published.server, "/api/v1/experiments/checkout_button/results"
+    first = server.get(path)
+    etag = first.headers["etag"]
+    assert server.get(path, {"If-None-Match": etag}).status == 304
+    publish(beacons_run.spark, published.layout, published.report,
+            datetime(2026, 3, 2, 9, tzinfo=UTC))
+    again = server.get(path, {"If-None-Match": etag})
+    assert again.status == 200
+    assert again.headers["etag"] != etag
+    assert again.body == first.body
+    assert server.get("/api/v1/experiments").body[0]["computed_at"] == "2026-03-02T09:00:00Z"
+
+
+def test_nothing_published_is_an_empty_list(tmp_path):
+    server = start(tmp_path / "empty")
+    try:
+        answer = server.get("/api/v1/experiments")
+        missing = server.get("/api/v1/experiments/checkout_button/results")
+    finally:
+        stop(server)
+    assert (answer.status, answer.body) == (200, [])
+    assert missing.status == 404
+
+
+def test_another_address_needs_a_token_and_requests_without_it_get_401(tmp_path):
+    refused = subprocess.run([*WITHOUT_SPARK, "serve", "--data-dir", str(tmp_path),
+                              "--host", "0.0.0.0"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "abstream: error: serve.host 0.0.0.0 can be reached from other machines: set a "
+        "bearer token in serve.token (ABSTREAM__SERVE__TOKEN)"]
+    token = "s3cret-t0ken"
+    server = start(tmp_path, "--host", "0.0.0.0",
+                   env={**os.environ, "ABSTREAM__SERVE__TOKEN": token})
+    try:
+        without = server.get("/api/v1/experiments")
+        wrong = server.get("/api/v1/experiments", {"Authorization": "Bearer nope"})
+        right = server.get("/api/v1/experiments", {"Authorization": f"Bearer {token}"})
+    finally:
+        stderr = stop(server)
+    assert (without.status, wrong.status, right.status) == (401, 401, 200)
+    assert without.headers["www-authenticate"] == "Bearer"
+    assert "bearer token" in without.body["error"]
+    assert token not in stderr
