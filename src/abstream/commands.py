@@ -10,9 +10,13 @@ import signal
 import threading
 from datetime import UTC, datetime
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from abstream.config import Config, catalog_problems
 from abstream.errors import AbstreamError, ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from abstream.speed.component import Component, Context
 
 log = logging.getLogger("abstream")
 
@@ -49,7 +53,7 @@ def _log_written(records: int) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from abstream.monitor.exporter import Exporter
     from abstream.speed import pipeline, select
-    from abstream.speed.runner import run_continuously, run_once
+    from abstream.speed.runner import run_once
 
     components = select(args.components, config)
     stop = stop_on_signals()
@@ -65,13 +69,34 @@ def run(args: argparse.Namespace, config: Config) -> int:
                 run_once(ctx, components, stop)
             else:
                 exporter.expect_queries(ctx.spark, [c.name for c in components])
-                run_continuously(ctx, components, stop)
+                _run_publishing(ctx, components, stop)
     finally:
         exporter.push()
         exporter.stop()
     for line in ctx.stats.lines():
         log.info("%s", line)
     return 0
+
+
+def _run_publishing(ctx: Context, components: list[Component], stop: threading.Event
+                    ) -> None:
+    """Run the components until stopped, publishing the report every
+    ``report.publish_every`` meanwhile."""
+    from abstream.durations import spark_interval
+    from abstream.report.schedule import PeriodicPublisher
+    from abstream.speed.runner import run_continuously
+
+    every = ctx.config.report.publish_every
+    if every is None:
+        run_continuously(ctx, components, stop)
+        return
+    publisher = PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, every)
+    publisher.start()
+    log.info("publishing the report every %s (report.publish_every)", spark_interval(every))
+    try:
+        run_continuously(ctx, components, stop)
+    finally:
+        publisher.stop()
 
 
 def demo(args: argparse.Namespace, config: Config) -> int:

@@ -534,6 +534,9 @@ class ReportSettings(_Section):
     allocation: dict[str, dict[str, float]] = Field(default_factory=dict)
     #: Points of the lift-over-time series (cumulative, on a rounded time step).
     points: int = Field(default=24, ge=2, le=500)
+    #: How often ``abstream run`` publishes the report (as ``report --publish``) while it
+    #: runs; None: never.
+    publish_every: Duration | None = Field(default=timedelta(minutes=5))
 
     @model_validator(mode="after")
     def _positive_weights(self) -> ReportSettings:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from statsmodels.stats.multitest import multipletests
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, ReportSettings
 from abstream.generator.write import GeneratorSettings, generate
+from abstream.io.latest_rows import LatestRows
 from abstream.layout import Layout
 from abstream.metrics.definitions import Dimension
 from abstream.monitor.experiments import ExperimentCollector
@@ -27,6 +29,7 @@ from abstream.report.build import Report, build_report, experiment_report
 from abstream.report.html import COLORS, render_html
 from abstream.report.moments import EMPTY, Moments, VariantSeries
 from abstream.report.publish import publish
+from abstream.report.schedule import PeriodicPublisher
 from abstream.report.statistics import adjusted_p_values
 from abstream.report.text import render_text
 from abstream.speed import Context, pipeline_components
@@ -295,6 +298,52 @@ def test_published_results_are_what_the_exporter_serves(served):
     _served_values(registry, served.final)
     assert registry.get_sample_value(
         "abstream_experiment_results_published_timestamp_seconds") == later.timestamp()
+
+
+def test_run_publishes_the_report_every_publish_every(served, caplog):
+    """``abstream run``'s publisher: each period the report again, a new version of the
+    table the exporter and ``abstream serve`` read, with the final report's rows."""
+    ctx = served.ctx
+    results = LatestRows(ctx.layout.experiment_results)
+    results.rows()
+    before = results.version
+    publisher = PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, timedelta(seconds=1))
+    publisher.start()
+    try:
+        deadline = time.monotonic() + 120
+        while publisher.published < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        publisher.stop()
+    assert publisher.published >= 2
+    rows = results.rows()
+    assert results.version >= (before or 0) + 2
+    lifts = {(r["experiment_id"], r["population"], r["variant"], r["metric"]): r["lift"]
+             for r in rows if r["kind"] == "comparison"}
+    assert lifts == pytest.approx({
+        (e.experiment_id, e.population, c.variant, c.metric): c.result.lift
+        for e in served.final.experiments for c in e.comparisons})
+    assert all(r["document"] for r in rows if r["kind"] == "experiment")
+
+
+def test_a_publish_that_fails_is_one_line_and_the_publisher_goes_on(served, tmp_path, caplog):
+    """A results folder holding something that is not the table: each publish is refused
+    in one line of warning, nothing is raised, and the next one tries again."""
+    ctx = served.ctx
+    layout = Layout.of(str(tmp_path / "data"))
+    stray = Path(layout.experiment_results) / "notes.txt"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("not a Delta table")
+    config = ctx.config.model_copy(update={"data_dir": str(tmp_path / "data")})
+    publisher = PeriodicPublisher(ctx.spark, layout, config, timedelta(minutes=5))
+    with caplog.at_level("WARNING", logger="abstream.report.schedule"):
+        publisher.publish_once()
+        publisher.publish_once()
+    failed = [r.getMessage() for r in caplog.records if r.name == "abstream.report.schedule"]
+    assert len(failed) == 2 and publisher.published == 0
+    assert all(m.startswith("publishing the report failed, trying again in 5 minutes: ")
+               and "\n" not in m for m in failed), failed
+    assert stray.read_text() == "not a Delta table"
 
 
 def test_points_before_a_variant_has_visits_have_no_comparison():

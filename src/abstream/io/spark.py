@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from importlib import resources
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from abstream.config import Config, SparkSettings
@@ -21,6 +23,8 @@ from abstream.errors import AbstreamError, StepFailed
 from abstream.io import jars
 
 log = logging.getLogger(__name__)
+#: What a Spark job or query that failed, or could not start, raises.
+SPARK_ERRORS = (PySparkException, Py4JError)
 
 #: Settings every abstream session gets unless the user's ``spark.conf`` says otherwise.
 DEFAULT_CONF: dict[str, str] = {

@@ -16,14 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
 from pyspark.sql.streaming import StreamingQuery
 
 from abstream.config import Config
 from abstream.errors import AbstreamError, Interrupted
 from abstream.io.deployment import Deployment
-from abstream.io.spark import session_conf
+from abstream.io.spark import SPARK_ERRORS, session_conf
 from abstream.speed.component import Component, Context
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.supervision import Supervisor
@@ -33,8 +31,6 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 300.0
 ADAPTIVE = "spark.sql.adaptive.enabled"
-#: What a query that failed, or could not start, raises.
-SPARK_ERRORS = (PySparkException, Py4JError)
 
 
 def _start(ctx: Context, component: Component, once: bool) -> StreamingQuery:

@@ -1,0 +1,58 @@
+"""``abstream run`` publishes the report while it runs: every ``report.publish_every``, in
+a thread of the driver beside the streaming queries, as ``abstream report --publish``
+does. A publish that fails is one line in the log and is tried again at the next one."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import SparkSession
+
+from abstream.config import Config
+from abstream.durations import spark_interval
+from abstream.errors import AbstreamError, first_line
+from abstream.io.spark import SPARK_ERRORS
+from abstream.layout import Layout
+from abstream.report.build import build_report
+from abstream.report.publish import publish
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicPublisher:
+    """Publishes the report every ``every`` until stopped."""
+
+    def __init__(self, spark: SparkSession, layout: Layout, config: Config,
+                 every: timedelta) -> None:
+        self.spark, self.layout, self.config, self.every = spark, layout, config, every
+        self.published = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="publish", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the publish under way, if any."""
+        self._stop.set()
+        self._thread.join()
+
+    def publish_once(self) -> None:
+        began = time.monotonic()
+        self.spark.sparkContext.setJobDescription("publish the report")
+        try:
+            report = build_report(self.spark, self.layout, self.config)
+            rows = publish(self.spark, self.layout, report, datetime.now(UTC))
+        except (AbstreamError, *SPARK_ERRORS) as exc:
+            log.warning("publishing the report failed, trying again in %s: %s",
+                        spark_interval(self.every), first_line(exc))
+            return
+        self.published += 1
+        log.info("published the report: %d rows in %.1f s", rows, time.monotonic() - began)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every.total_seconds()):
+            self.publish_once()
