@@ -184,8 +184,8 @@ def report(args: argparse.Namespace, config: Config) -> int:
         raise UsageError(f"--html: folder {args.html.parent} does not exist")
     _check_dimension(args.by, config)
     if args.by is not None and args.publish:
-        raise UsageError("--by and --publish: the published results are the overall "
-                         "ones; run them apart")
+        raise UsageError("--by and --publish: --publish publishes the overall results "
+                         "and a breakdown by every declared dimension; run them apart")
     deployment = Deployment.open(config)
     report = build_report(deployment.spark, deployment.layout, config, args.by)
     if args.html is not None:
@@ -194,9 +194,11 @@ def report(args: argparse.Namespace, config: Config) -> int:
         args.html.write_text(render_html(report), encoding="utf-8")
         log.info("HTML report written to %s", args.html)
     if args.publish:
+        from abstream.report.build import dimension_reports
         from abstream.report.publish import publish
 
-        publish(deployment.spark, deployment.layout, report, datetime.now(UTC))
+        publish(deployment.spark, deployment.layout, report, datetime.now(UTC),
+                dimension_reports(deployment.spark, deployment.layout, config))
     if args.json:
         print(json.dumps(report.to_dict()))
     elif args.html is None and not args.publish:

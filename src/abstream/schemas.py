@@ -257,7 +257,8 @@ BATCH_COVERAGE = StructType(
 #: (the SRM check), ``variant`` (visitors) or ``comparison`` (a variant against control on
 #: a metric: the lift, its confidence sequence and the adjusted p-value). An ``experiment``
 #: row's ``document`` is the experiment and population as JSON, for ``abstream serve``:
-#: ``results`` (its entry in ``report --json``) and ``series`` (its lift over time).
+#: ``results`` (its entry in ``report --json``) and ``series`` (its lift over time); a
+#: ``breakdown`` row's is its results per value of a ``dimension`` (``report --by``).
 EXPERIMENT_RESULTS = StructType(
     [
         StructField("published_at", TimestampType(), False),
@@ -277,5 +278,6 @@ EXPERIMENT_RESULTS = StructType(
         StructField("lift_ci_high", DoubleType()),
         StructField("p_value_adjusted", DoubleType()),
         StructField("document", StringType()),
+        StructField("dimension", StringType()),
     ]
 )

@@ -1,5 +1,5 @@
 """``abstream serve`` as a client meets it: a real server process, in a Python that cannot
-import pyspark, over results published from the shared pipeline run. Every response is
+import pyspark, over results published from a small pipeline run. Every response is
 validated against the OpenAPI document the server itself serves."""
 
 import json
@@ -20,9 +20,14 @@ import jsonschema
 import pytest
 
 from abstream.api.app import finite
+from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
-from abstream.report.build import Report, build_report
+from abstream.report.build import Report, build_report, dimension_reports
 from abstream.report.publish import publish
+from abstream.speed import Context, pipeline_components
+from abstream.speed.progress import RunStats
+from abstream.speed.runner import run_once
+from tests.helpers import DIMENSIONS, make_config
 from tests.servers import free_port
 
 #: ``abstream`` in a Python where ``import pyspark`` fails.
@@ -84,23 +89,28 @@ def stop(server: Server) -> str:
 @dataclass(frozen=True)
 class Published:
     report: Report
+    breakdowns: list[Report]
     layout: Layout
     server: Server
 
 
 @pytest.fixture(scope="module")
-def published(beacons_run, tmp_path_factory) -> Iterator[Published]:
-    """The shared run's report published into a data dir of its own, and a server on it."""
+def published(spark, tmp_path_factory) -> Iterator[Published]:
+    """A small run of the speed layer with two dimensions, its report and breakdowns
+    published, and a server on its data dir."""
     data = tmp_path_factory.mktemp("served") / "data"
-    layout = Layout.of(str(data))
-    config = beacons_run.config
     # Few visitors: comparisons from 2 units a side, so that every kind of value is served.
-    config = config.model_copy(update={"report": config.report.model_copy(
-        update={"min_units": 2})})
-    report = build_report(beacons_run.spark, beacons_run.layout, config)
-    publish(beacons_run.spark, layout, report, PUBLISHED)
+    ctx = Context(spark, make_config(data, report={"min_units": 2},
+                                     metrics={"dimensions": DIMENSIONS}),
+                  Layout.of(data), RunStats())
+    generate(GeneratorSettings(events=4_000, seed=21, file_events=2_000),
+             Path(ctx.layout.landing))
+    run_once(ctx, pipeline_components(ctx.config))
+    report = build_report(spark, ctx.layout, ctx.config)
+    breakdowns = dimension_reports(spark, ctx.layout, ctx.config)
+    publish(spark, ctx.layout, report, PUBLISHED, breakdowns)
     server = start(data)
-    yield Published(report, layout, server)
+    yield Published(report, breakdowns, ctx.layout, server)
     stop(server)
 
 
@@ -145,6 +155,23 @@ def test_results_are_the_experiments_entry_of_report_json(published):
         assert answer.body["comparisons"], e.experiment_id
 
 
+def test_a_breakdown_is_the_experiments_entries_of_report_json_by_the_dimension(published):
+    server = published.server
+    for breakdown in published.breakdowns:
+        for e in published.report.experiments:
+            answer = server.get(f"/api/v1/experiments/{e.experiment_id}/results"
+                                f"?population={e.population}&dimension={breakdown.dimension}")
+            assert answer.status == 200
+            _conforms(server, answer, "Breakdown")
+            expected = [x.to_dict() for x in breakdown.experiments
+                        if (x.experiment_id, x.population) == (e.experiment_id, e.population)]
+            assert expected
+            assert answer.body == {
+                "experiment_id": e.experiment_id, "population": e.population,
+                "dimension": breakdown.dimension,
+                "values": finite(json.loads(json.dumps(expected)))}
+
+
 def test_the_timeseries_is_the_reports_lift_over_time(published):
     server = published.server
     e = next(x for x in published.report.experiments if x.population == "qualified")
@@ -177,8 +204,8 @@ def test_the_timeseries_is_the_reports_lift_over_time(published):
      "'everyone' is not one of assigned, qualified"),
     ("/api/v1/experiments/checkout_button/results?populaton=assigned", 400, "populaton",
      "unknown parameter 'populaton'"),
-    ("/api/v1/experiments/checkout_button/results?dimension=device", 404, "dimension",
-     "no breakdown by 'device'"),
+    ("/api/v1/experiments/checkout_button/results?dimension=browser", 404, "dimension",
+     "no breakdown by 'browser' is published (published: country, device)"),
     ("/api/v1/experiments/checkout_button/timeseries", 400, "metric", "metric is required"),
     ("/api/v1/experiments/checkout_button/timeseries?metric=nps", 400, "metric",
      "'nps' is not one of"),
@@ -193,13 +220,13 @@ def test_a_wrong_request_says_what_was_wrong(published, path, status, parameter,
 
 
 def test_the_etag_is_the_results_version_and_changes_when_they_are_published_again(
-        published, beacons_run):
+        published, spark):
     server, path = published.server, "/api/v1/experiments/checkout_button/results"
     first = server.get(path)
     etag = first.headers["etag"]
     assert server.get(path, {"If-None-Match": etag}).status == 304
-    publish(beacons_run.spark, published.layout, published.report,
-            datetime(2026, 3, 2, 9, tzinfo=UTC))
+    publish(spark, published.layout, published.report, datetime(2026, 3, 2, 9, tzinfo=UTC),
+            published.breakdowns)
     again = server.get(path, {"If-None-Match": etag})
     assert again.status == 200
     assert again.headers["etag"] != etag

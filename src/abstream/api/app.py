@@ -113,10 +113,14 @@ def _experiments(published: Published, request: Request) -> Any:
 def _results(published: Published, request: Request) -> Any:
     given = _parameters(request, ("population", "dimension"))
     entry = _entry(published, request, given)
-    if "dimension" in given:
-        raise ApiError(404, f"no breakdown by {given['dimension']!r} is published",
-                       "dimension")
-    return entry.results
+    if "dimension" not in given:
+        return entry.results
+    dimension = given["dimension"]
+    if dimension not in entry.breakdowns:
+        raise ApiError(404, f"no breakdown by {dimension!r} is published (published: "
+                            f"{', '.join(sorted(entry.breakdowns)) or 'none'})", "dimension")
+    return {"experiment_id": entry.experiment_id, "population": entry.population,
+            "dimension": dimension, "values": entry.breakdowns[dimension]}
 
 
 def _timeseries(published: Published, request: Request) -> Any:

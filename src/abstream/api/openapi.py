@@ -48,6 +48,10 @@ _RESULTS = _object({
     "comparisons": {"type": "array", "items": _ref("Comparison")},
 }, required=["experiment_id", "population", "final", "srm_p_value", "srm_flagged",
              "allocation", "variants", "comparisons"])
+_BREAKDOWN = _object({
+    "experiment_id": {"type": "string"}, "population": {"enum": list(POPULATIONS)},
+    "dimension": {"type": "string"},
+    "values": {"type": "array", "items": _ref("Results")}})
 _SUMMARY = _object({
     "experiment_id": {"type": "string"}, "population": {"enum": list(POPULATIONS)},
     "variants": {"type": "array", "items": {"type": "string"}},
@@ -98,10 +102,14 @@ DOCUMENT: dict[str, Any] = {
                                            {"type": "array", "items": _ref("Summary")}),
                           **_NOT_MODIFIED, "401": _ERRORS["401"]}}},
         "/api/v1/experiments/{experiment_id}/results": {"get": {
-            "summary": "an experiment's results: its entry in `abstream report --json`",
+            "summary": "an experiment's results: its entry in `abstream report --json`, "
+                       "or with `dimension` its entries in `abstream report --json --by "
+                       "DIMENSION`",
             "parameters": [_EXPERIMENT_ID, _POPULATION,
-                           _query("dimension", "a declared dimension's breakdown")],
-            "responses": {"200": _response("the results", _ref("Results")),
+                           _query("dimension", "a declared dimension: the results per "
+                                               "value")],
+            "responses": {"200": _response("the results", {"oneOf": [
+                _ref("Results"), _ref("Breakdown")]}),
                           **_NOT_MODIFIED, **_ERRORS}}},
         "/api/v1/experiments/{experiment_id}/timeseries": {"get": {
             "summary": "a metric's cumulative lift over time, with its fixed interval and "
@@ -115,7 +123,8 @@ DOCUMENT: dict[str, Any] = {
             "responses": {"200": _response("up", _object({"status": {"const": "ok"}}))}}},
     },
     "components": {
-        "schemas": {"Summary": _SUMMARY, "Results": _RESULTS, "Variant": _VARIANT,
+        "schemas": {"Summary": _SUMMARY, "Results": _RESULTS, "Breakdown": _BREAKDOWN,
+                    "Variant": _VARIANT,
                     "Comparison": _COMPARISON, "Timeseries": _TIMESERIES, "Point": _POINT,
                     "Error": _ERROR},
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -30,6 +30,8 @@ class Entry:
     computed_at: str | None
     results: dict[str, Any]
     series: dict[str, Any]
+    #: Per dimension, the results per value (``report --by``'s entries).
+    breakdowns: dict[str, list[dict[str, Any]]]
 
     def summary(self) -> dict[str, Any]:
         """What the experiments list shows of it."""
@@ -65,6 +67,13 @@ class PublishedResults:
 
 
 def _entries(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:
+    """The published experiments and populations (rows published before documents were,
+    which have none, are not)."""
+    breakdowns: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for row in rows:
+        if row["kind"] == "breakdown":
+            breakdowns.setdefault((row["experiment_id"], row["population"]), {})[
+                row["dimension"]] = json.loads(row["document"])["values"]
     entries = {}
     for row in rows:
         if row["kind"] != "experiment" or row.get("document") is None:
@@ -73,5 +82,6 @@ def _entries(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:
         key = (row["experiment_id"], row["population"])
         entries[key] = Entry(*key, data_through=iso(row["as_of"]),
                              computed_at=iso(row["published_at"]),
-                             results=document["results"], series=document["series"])
+                             results=document["results"], series=document["series"],
+                             breakdowns=breakdowns.get(key, {}))
     return dict(sorted(entries.items()))

@@ -394,6 +394,11 @@ def build_report(spark: SparkSession, layout: Layout, config: Config, by: str | 
     return Report(as_of, settings, experiments, catalog, coverage(visits, catalog))
 
 
+def dimension_reports(spark: SparkSession, layout: Layout, config: Config) -> list[Report]:
+    """The report broken down by each declared dimension (``report --by``), in order."""
+    return [build_report(spark, layout, config, d.name) for d in config.metrics.catalog.dimensions]
+
+
 def _breakdown(spark: SparkSession, layout: Layout, config: Config, by: str) -> Report:
     """The report per value of the dimension ``by``, corrected per family."""
     settings, catalog = config.report, config.metrics.catalog

@@ -3,7 +3,8 @@
 it without Spark.
 
 Per experiment and population: the SRM p-value (with the threshold it is judged by) and
-the experiment's JSON document (what ``abstream serve`` answers with); per variant:
+the experiment's JSON document (what ``abstream serve`` answers with), and one per
+declared dimension with its results per value; per variant:
 visitors; per comparison: the lift with its confidence sequence (the interval valid
 however often it is read, whatever ``report.inference`` shows) and the adjusted p-value,
 with the metric's role and which way is better, for the alert rules.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,9 +29,20 @@ from abstream.schemas import EXPERIMENT_RESULTS
 
 log = logging.getLogger(__name__)
 
-def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
-    """The rows of ``experiment_results`` for ``report``."""
+def result_rows(report: Report, published_at: datetime, breakdowns: Sequence[Report] = ()
+                ) -> list[dict[str, Any]]:
+    """The rows of ``experiment_results`` for ``report`` and its ``breakdowns`` (``report
+    --by``, one per dimension)."""
     rows: list[dict[str, Any]] = []
+    for breakdown in breakdowns:
+        values: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for e in breakdown.experiments:
+            values.setdefault((e.experiment_id, e.population), []).append(e.to_dict())
+        rows += [{"published_at": published_at, "as_of": breakdown.as_of,
+                  "experiment_id": experiment_id, "population": population,
+                  "kind": "breakdown", "dimension": breakdown.dimension,
+                  "document": json.dumps({"values": entries})}
+                 for (experiment_id, population), entries in sorted(values.items())]
     threshold = report.settings.srm_threshold
     for e in report.experiments:
         key = {"published_at": published_at, "as_of": report.as_of,
@@ -50,10 +63,11 @@ def result_rows(report: Report, published_at: datetime) -> list[dict[str, Any]]:
     return rows
 
 
-def publish(spark: SparkSession, layout: Layout, report: Report, published_at: datetime
-            ) -> int:
-    """Replace ``experiment_results`` with ``report``'s rows; how many were written."""
-    rows = result_rows(report, published_at)
+def publish(spark: SparkSession, layout: Layout, report: Report, published_at: datetime,
+            breakdowns: Sequence[Report] = ()) -> int:
+    """Replace ``experiment_results`` with the rows of ``report`` and its ``breakdowns``;
+    how many were written."""
+    rows = result_rows(report, published_at, breakdowns)
     path = ensure_table(spark, RESULTS_TABLE, layout)
     schema = to_arrow_schema(EXPERIMENT_RESULTS, timezone="UTC")
     table = pa.Table.from_pylist(rows, schema=schema)

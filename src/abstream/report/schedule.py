@@ -16,7 +16,7 @@ from abstream.durations import spark_interval
 from abstream.errors import AbstreamError, first_line
 from abstream.io.spark import SPARK_ERRORS
 from abstream.layout import Layout
-from abstream.report.build import build_report
+from abstream.report.build import build_report, dimension_reports
 from abstream.report.publish import publish
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ class PeriodicPublisher:
         self.spark.sparkContext.setJobDescription("publish the report")
         try:
             report = build_report(self.spark, self.layout, self.config)
-            rows = publish(self.spark, self.layout, report, datetime.now(UTC))
+            breakdowns = dimension_reports(self.spark, self.layout, self.config)
+            rows = publish(self.spark, self.layout, report, datetime.now(UTC), breakdowns)
         except (AbstreamError, *SPARK_ERRORS) as exc:
             log.warning("publishing the report failed, trying again in %s: %s",
                         spark_interval(self.every), first_line(exc))
