@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from abstream.io.latest_rows import LatestRows
 from tests.servers import free_port, pushgateway
 
 ABSTREAM = [sys.executable, "-m", "abstream"]
@@ -115,6 +116,11 @@ def test_demo_prints_a_table_a_reconciliation_and_json_figures(tmp_path):
         "checkout_button", "search_ranking", "homepage_banner"}
     assert any(line.startswith("reconciliation:") and "[ok]" in line for line in lines)
     assert "ingest     batch 0" in result.stderr, "progress is shown"
+    published = LatestRows(str(tmp_path / "demo" / "tables" / "experiment_results")).rows()
+    assert sorted((r["experiment_id"], r["population"]) for r in published
+                  if r["kind"] == "experiment" and r["document"]) == sorted(
+        (e["experiment_id"], e["population"]) for e in figures["report"]["experiments"])
+    assert any(line.startswith("published: `abstream serve`") for line in lines)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from abstream.io.tables import (
     read_table,
 )
 from abstream.layout import Layout
-from abstream.report.build import Report, build_report
+from abstream.report.build import Report, build_report, dimension_reports
+from abstream.report.publish import publish
 from abstream.report.text import render_text
 from abstream.speed.component import Context
 from abstream.speed.components import pipeline_components
@@ -96,7 +98,9 @@ class DemoResult:
             f"speed layer: {self.visits:,} closed visits, {self.gold_rows:,} gold increments; "
             f"batch layer: {self.batch.visits:,} visits, {self.batch.metric_rows:,} gold rows "
             f"from {self.batch.events:,} events in {self.batch.seconds:.1f} s",
-            f"{self.elapsed_seconds:.1f} s end to end ({self.events_per_second:,} events/s)"])
+            f"{self.elapsed_seconds:.1f} s end to end ({self.events_per_second:,} events/s)",
+            "published: `abstream serve` answers with it at "
+            "http://127.0.0.1:8765/api/v1/experiments"])
 
 
 def prepare_data_dir(data_dir: Path) -> None:
@@ -152,7 +156,8 @@ def _table_rows(spark: SparkSession, layout: Layout) -> dict[str, int]:
 
 def _run(ctx: Context, layout: Layout, generated: GenerationSummary, began: float,
          stop: threading.Event | None) -> DemoResult:
-    """The speed layer, the batch layer and the report over the generated beacons."""
+    """The speed layer, the batch layer and the report over the generated beacons; the
+    report is published for ``abstream serve``."""
     run_once(ctx, pipeline_components(ctx.config), stop)
     log.info("batch layer: recomputing everything in bronze")
     batch = run_batch(ctx, BatchRequest("all"), stop)
@@ -163,6 +168,8 @@ def _run(ctx: Context, layout: Layout, generated: GenerationSummary, began: floa
         counting = beside.submit(_table_rows, ctx.spark, layout)
         report = build_report(ctx.spark, layout, ctx.config)
         rows = counting.result()
+    publish(ctx.spark, layout, report, datetime.now(UTC),
+            dimension_reports(ctx.spark, layout, ctx.config))
     return DemoResult(
         generated=generated,
         bronze_rows=rows[EVENTS_TABLE.name],
