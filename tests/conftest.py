@@ -1,10 +1,11 @@
 """Shared fixtures: one real SparkSession (local[2], Delta) for the whole test session (each
-of `make test`'s processes has its own), a Kafka broker, and one run over generated beacons
-that several modules compare their own runs with."""
+of `make test`'s processes has its own), a Kafka broker, one run over generated beacons
+that several modules compare their own runs with, and a small run with its reports."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,11 @@ from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.spark import spark_session
 from abstream.layout import Layout
+from abstream.report.build import Report, build_report
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
-from tests.helpers import make_config
+from tests.helpers import DIMENSIONS, make_config
 from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
@@ -60,6 +62,40 @@ def beacons_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
     run_once(context, pipeline_components(context.config))
     run_batch(context, BatchRequest("all"))
     return context
+
+
+@dataclass(frozen=True)
+class Served:
+    """A run with the default definitions and two dimensions, and its reports."""
+
+    ctx: Context
+    #: Built after the speed layer only, then after the batch layer too.
+    provisional: Report
+    final: Report
+
+
+@pytest.fixture(scope="session")
+def served(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Served:
+    """``run --once``, the report, ``batch --all`` and the report again, over 4,000
+    generated beacons with the dimensions device and country; comparisons from two units
+    a side (small data). Modules that publish write into a data dir of their own, but for
+    the report's tests of publishing."""
+    data = tmp_path_factory.mktemp("report") / "data"
+    ctx = Context(spark, make_config(data, report={"min_units": 2},
+                                     metrics={"dimensions": DIMENSIONS}),
+                  Layout.of(data), RunStats())
+    listener = ProgressListener(ctx.stats)
+    spark.streams.addListener(listener)
+    try:
+        generate(GeneratorSettings(events=4_000, seed=21, file_events=2_000),
+                 Path(ctx.layout.landing))
+        run_once(ctx, pipeline_components(ctx.config))
+        provisional = build_report(spark, ctx.layout, ctx.config)
+        run_batch(ctx, BatchRequest("all"))
+        final = build_report(spark, ctx.layout, ctx.config)
+    finally:
+        spark.streams.removeListener(listener)
+    return Served(ctx, provisional, final)
 
 
 @pytest.fixture(scope="session")

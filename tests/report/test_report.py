@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,9 +17,7 @@ from prometheus_client import CollectorRegistry
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import Config, ReportSettings
-from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.latest_rows import LatestRows
 from abstream.layout import Layout
 from abstream.metrics.definitions import Dimension
@@ -32,11 +29,9 @@ from abstream.report.publish import publish
 from abstream.report.schedule import PeriodicPublisher
 from abstream.report.statistics import adjusted_p_values
 from abstream.report.text import render_text
-from abstream.speed import Context, pipeline_components
-from abstream.speed.progress import ProgressListener, RunStats
-from abstream.speed.runner import run_once
+from abstream.speed import Context
 from tests import reference
-from tests.helpers import CATALOG, DIMENSIONS, landing_records, make_config
+from tests.helpers import CATALOG, landing_records
 
 EXPERIMENT = "checkout_button"
 CONTRACT_VARIANT = {"variant", "visitors", "visits", "bounces", "orders", "revenue", "units",
@@ -49,32 +44,6 @@ METRIC_NAMES = {"conversion_rate", "revenue_per_visitor", "bounce_rate", "error_
                 "average_order_value"}
 
 
-@dataclass
-class Served:
-    ctx: Context
-    provisional: Report
-    final: Report
-
-
-@pytest.fixture(scope="module")
-def served(spark, tmp_path_factory):
-    data = tmp_path_factory.mktemp("report") / "data"
-    # Small data: every comparison is made from two units on a side.
-    ctx = Context(spark, make_config(data, report={"min_units": 2},
-                                     metrics={"dimensions": DIMENSIONS}),
-                  Layout.of(data), RunStats())
-    listener = ProgressListener(ctx.stats)
-    spark.streams.addListener(listener)
-    try:
-        generate(GeneratorSettings(events=4_000, seed=21, file_events=2_000),
-                 Path(ctx.layout.landing))
-        run_once(ctx, pipeline_components(ctx.config))
-        provisional = build_report(spark, ctx.layout, ctx.config)
-        run_batch(ctx, BatchRequest("all"))
-        final = build_report(spark, ctx.layout, ctx.config)
-    finally:
-        spark.streams.removeListener(listener)
-    return Served(ctx, provisional, final)
 
 
 def _experiment(report: Report, experiment_id: str = EXPERIMENT, population: str = "assigned"):
@@ -307,7 +276,10 @@ def test_run_publishes_the_report_every_publish_every(served, caplog):
     results = LatestRows(ctx.layout.experiment_results)
     results.rows()
     before = results.version
-    publisher = PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, timedelta(seconds=1))
+    # Without the breakdowns (their publishing is the API's tests'): a publish is quicker.
+    config = ctx.config.model_copy(update={"metrics": ctx.config.metrics.model_copy(
+        update={"dimensions": []})})
+    publisher = PeriodicPublisher(ctx.spark, ctx.layout, config, timedelta(seconds=1))
     publisher.start()
     try:
         deadline = time.monotonic() + 120

@@ -1,9 +1,11 @@
 """``abstream serve`` as a client meets it: a real server process, in a Python that cannot
 import pyspark, over results published from a small pipeline run. Every response is
-validated against the OpenAPI document the server itself serves."""
+validated against the OpenAPI document the server itself serves, and the results page is
+driven in Debian's Chromium."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,19 +17,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import jsonschema
 import pytest
+from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from abstream.api.app import finite
-from abstream.generator.write import GeneratorSettings, generate
 from abstream.layout import Layout
-from abstream.report.build import Report, build_report, dimension_reports
+from abstream.report.build import Report, dimension_reports
 from abstream.report.publish import publish
-from abstream.speed import Context, pipeline_components
-from abstream.speed.progress import RunStats
-from abstream.speed.runner import run_once
-from tests.helpers import DIMENSIONS, make_config
 from tests.servers import free_port
 
 #: ``abstream`` in a Python where ``import pyspark`` fails.
@@ -95,22 +94,15 @@ class Published:
 
 
 @pytest.fixture(scope="module")
-def published(spark, tmp_path_factory) -> Iterator[Published]:
-    """A small run of the speed layer with two dimensions, its report and breakdowns
-    published, and a server on its data dir."""
+def published(spark, served, tmp_path_factory) -> Iterator[Published]:
+    """The shared small run's final report and its breakdowns by device and country,
+    published into a data dir of their own, and a server on it."""
     data = tmp_path_factory.mktemp("served") / "data"
-    # Few visitors: comparisons from 2 units a side, so that every kind of value is served.
-    ctx = Context(spark, make_config(data, report={"min_units": 2},
-                                     metrics={"dimensions": DIMENSIONS}),
-                  Layout.of(data), RunStats())
-    generate(GeneratorSettings(events=4_000, seed=21, file_events=2_000),
-             Path(ctx.layout.landing))
-    run_once(ctx, pipeline_components(ctx.config))
-    report = build_report(spark, ctx.layout, ctx.config)
-    breakdowns = dimension_reports(spark, ctx.layout, ctx.config)
-    publish(spark, ctx.layout, report, PUBLISHED, breakdowns)
+    layout = Layout.of(data)
+    breakdowns = dimension_reports(spark, served.ctx.layout, served.ctx.config)
+    publish(spark, layout, served.final, PUBLISHED, breakdowns)
     server = start(data)
-    yield Published(report, breakdowns, ctx.layout, server)
+    yield Published(served.final, breakdowns, layout, server)
     stop(server)
 
 
@@ -266,3 +258,73 @@ def test_another_address_needs_a_token_and_requests_without_it_get_401(tmp_path)
     assert without.headers["www-authenticate"] == "Bearer"
     assert "bearer token" in without.body["error"]
     assert token not in stderr
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, driven by Playwright (no browser download)."""
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=shutil.which("chromium"),
+                                              args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def _lifts(page: Page) -> dict[tuple[str, str], float]:
+    rows = page.eval_on_selector_all(
+        "tr.comparison", "rows => rows.map(r => [r.dataset.metric, r.dataset.variant, "
+                         "r.dataset.lift === undefined ? null : r.dataset.lift])")
+    return {(metric, variant): float(lift) for metric, variant, lift in rows if lift}
+
+
+def _api_lifts(server: Server, experiment: str, population: str) -> dict[tuple[str, str], float]:
+    body = server.get(f"/api/v1/experiments/{experiment}/results?population={population}").body
+    return {(c["metric"], c["variant"]): c["lift"] for c in body["comparisons"]
+            if c["lift"] is not None}
+
+
+def test_the_page_shows_the_published_results_and_requests_nothing_off_the_machine(
+        published, browser, tmp_path):
+    server = published.server
+    page = browser.new_page(viewport={"width": 1100, "height": 1200})
+    elsewhere: list[str] = []
+    errors: list[str] = []
+
+    def only_this_machine(route: Route) -> None:
+        if urlparse(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_this_machine)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url + "/")
+    page.wait_for_selector("#experiments")
+    listed = page.eval_on_selector_all(
+        "#experiments tr[data-experiment]",
+        "rows => rows.map(r => [r.dataset.experiment, r.children[1].textContent])")
+    assert sorted(map(tuple, listed)) == sorted(
+        (e.experiment_id, e.population) for e in published.report.experiments)
+
+    experiment = "checkout_button"
+    page.click(f"#experiments tr[data-experiment='{experiment}'] a >> nth=0")
+    page.wait_for_selector("tr.comparison")
+    assert "population=assigned" in page.url
+    assert _lifts(page) == _api_lifts(server, experiment, "assigned")
+    assert page.locator("#lift-chart").count() == 1
+
+    page.select_option("select[name=population]", "qualified")
+    page.wait_for_url("**population=qualified**")
+    page.wait_for_selector(f"h1:has-text('{experiment} / qualified')")
+    qualified = _api_lifts(server, experiment, "qualified")
+    assert qualified != _api_lifts(server, experiment, "assigned")
+    assert _lifts(page) == qualified
+
+    page.select_option("select[name=dimension]", "device")
+    page.wait_for_url("**dimension=device**")
+    page.wait_for_selector("h2:has-text('device = ')")
+    page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+    assert elsewhere == []
+    assert errors == []

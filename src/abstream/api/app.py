@@ -12,6 +12,7 @@ import hmac
 import json
 import math
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 from starlette.applications import Starlette
@@ -142,6 +143,21 @@ def _timeseries(published: Published, request: Request) -> Any:
             "metric": metric, "points": points}
 
 
+#: The results page's files (``resources/web``) and their media types.
+_PAGE_FILES = {"index.html": "text/html; charset=utf-8",
+               "app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+
+
+def _page() -> dict[str, Response]:
+    """The results page's responses, by path: ``/`` and its script and style, all served
+    from the package (the page requests nothing from any other host)."""
+    folder = resources.files("abstream") / "resources" / "web"
+    served = {name: Response((folder / name).read_bytes(), media_type=kind)
+              for name, kind in _PAGE_FILES.items()}
+    return {"/": served["index.html"], "/static/app.js": served["app.js"],
+            "/static/app.css": served["app.css"]}
+
+
 def create_app(results_location: str, token: str | None = None) -> ASGIApp:
     """The API over the results table at ``results_location``; with ``token``, every
     request but ``/healthz`` must carry it."""
@@ -165,8 +181,10 @@ def create_app(results_location: str, token: str | None = None) -> ASGIApp:
         return _error(ApiError(status, f"no such path: {request.url.path}" if status == 404
                                else f"{request.method} is not allowed here"))
 
+    page = _page()
     app: ASGIApp = Starlette(
         routes=[
+            *(Route(path, lambda _, r=response: r) for path, response in page.items()),
             Route("/healthz", lambda _: Json({"status": "ok"})),
             Route("/api/v1/openapi.json", lambda _: Json(DOCUMENT)),
             Route("/api/v1/experiments", versioned(_experiments)),

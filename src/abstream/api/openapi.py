@@ -56,7 +56,8 @@ _SUMMARY = _object({
     "experiment_id": {"type": "string"}, "population": {"enum": list(POPULATIONS)},
     "variants": {"type": "array", "items": {"type": "string"}},
     "final": {"type": "boolean"},
-    "data_through": {"oneOf": [_TIME, {"type": "null"}]}, "computed_at": _TIME})
+    "data_through": {"oneOf": [_TIME, {"type": "null"}]}, "computed_at": _TIME,
+    "dimensions": {"type": "array", "items": {"type": "string"}}})
 _POINT = _object({
     "time": _TIME,
     "visitors": {"type": "object", "additionalProperties": {"type": "integer"}},

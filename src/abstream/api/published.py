@@ -38,7 +38,7 @@ class Entry:
         return {"experiment_id": self.experiment_id, "population": self.population,
                 "variants": [v["variant"] for v in self.results["variants"]],
                 "final": self.results["final"], "data_through": self.data_through,
-                "computed_at": self.computed_at}
+                "computed_at": self.computed_at, "dimensions": sorted(self.breakdowns)}
 
 
 @dataclass(frozen=True)
