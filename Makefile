@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning \
-	bench-sessionize bench-lag-scrape bench-latency bench-maintain chaos bench-deps system-deps clean help
+	bench-sessionize bench-lag-scrape bench-latency bench-maintain bench-serve chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -25,6 +25,7 @@ help:
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
 	@echo "make bench-maintain   what maintain compacts and vacuums after the speed layer on 20M beacons"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
+	@echo "make bench-serve      abstream serve's latency and the results page's load time, 20 experiments"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
 	@echo "            or duplicated (ARGS='--source kafka', '--kills N')"
@@ -90,6 +91,9 @@ bench-lag-scrape: bench-deps
 
 bench-latency: $(STAMP) jars
 	$(BIN)/python -m bench.latency $(ARGS)
+
+bench-serve: $(STAMP) jars
+	$(BIN)/python -m bench.serve_latency $(ARGS)
 
 chaos: bench-deps
 	$(BIN)/python -m bench.chaos $(ARGS)
