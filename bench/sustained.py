@@ -155,10 +155,15 @@ def quantile(q: float, before: dict[float, float], after: dict[float, float]) ->
     return None
 
 
-def start_pipeline(work: Path, port: int, triggers: dict[str, str]) -> subprocess.Popen:
+def start_pipeline(work: Path, port: int, triggers: dict[str, str],
+                   publish_every: str | None = None) -> subprocess.Popen:
+    """``abstream run`` on ``work`` with these triggers, its endpoint on ``port``, and, when
+    given, ``report.publish_every`` (``null``: no publishing)."""
     env = {**os.environ,
            **{f"ABSTREAM__{name.upper()}__TRIGGER": every for name, every in triggers.items()},
-           "ABSTREAM__MONITOR__EXPORTER": f"{{host: 127.0.0.1, port: {port}}}"}
+           "ABSTREAM__MONITOR__EXPORTER": f"{{host: 127.0.0.1, port: {port}}}",
+           **({} if publish_every is None else
+              {"ABSTREAM__REPORT__PUBLISH_EVERY": publish_every})}
     command = [sys.executable, "-m", "abstream", "run", "--data-dir", str(work)]
     with (work / "run.log").open("w") as output:
         return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
@@ -272,7 +277,7 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     log.info("%s events/s: starting abstream run", f"{rate:,}")
-    child = start_pipeline(work, port, args.trigger)
+    child = start_pipeline(work, port, args.trigger, args.publish_every)
     feeder = Feeder(sorted(source.glob("beacons-*")), work / "landing", rate, args.live)
     judged_from: Scrape | None = None
     try:
@@ -403,6 +408,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--live", action="store_true",
                         help="move each landed file's event times to the clock")
+    parser.add_argument("--publish-every", metavar="INTERVAL",
+                        help="report.publish_every of the run ('null': no publishing; "
+                             "default: the config's, 5 minutes)")
     args = parser.parse_args()
     args.trigger = {**TRIGGERS, **dict(args.trigger)}
     log_progress()
@@ -417,6 +425,7 @@ def main() -> int:
         "warmup_s": args.warmup,
         "event_times": "live" if args.live else "replayed",
         "triggers": args.trigger,
+        "publish_every": args.publish_every,
         "steps": [s.summary() for s in steps],
         "machine": machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", parents=[common],
-        help="serve the published results as a JSON API (read-only; no Spark needed)")
+        help="serve the published results: a results page and a JSON API (read-only; "
+             "no Spark needed)")
     serve.add_argument("--host", help="override serve.host (default 127.0.0.1; another "
                                       "address needs serve.token)")
     serve.add_argument("--port", type=int, help="override serve.port")

@@ -274,22 +274,16 @@ def exporter(args: argparse.Namespace, config: Config) -> int:
 
 
 def serve(args: argparse.Namespace, config: Config) -> int:
-    import ipaddress
-
     import uvicorn
 
-    from abstream.api.app import create_app
+    from abstream.api.app import create_app, reachable_from_elsewhere
     from abstream.layout import Layout
 
     settings = config.serve
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     token = settings.token.get_secret_value() if settings.token is not None else None
-    try:
-        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        local = False
-    if not local and token is None:
+    if reachable_from_elsewhere(host) and token is None:
         raise ConfigError(f"serve.host {host} can be reached from other machines: set a "
                           "bearer token in serve.token (ABSTREAM__SERVE__TOKEN)")
     results = Layout.of(config.data_dir).experiment_results

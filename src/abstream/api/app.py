@@ -9,6 +9,7 @@ what was wrong; before anything is published the experiments list is empty.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import math
 from collections.abc import Callable
@@ -156,6 +157,14 @@ def _page() -> dict[str, Response]:
               for name, kind in _PAGE_FILES.items()}
     return {"/": served["index.html"], "/static/app.js": served["app.js"],
             "/static/app.css": served["app.css"]}
+
+
+def reachable_from_elsewhere(host: str) -> bool:
+    """Whether binding ``host`` lets other machines connect (anything but loopback)."""
+    try:
+        return host != "localhost" and not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 def create_app(results_location: str, token: str | None = None) -> ASGIApp:

@@ -2,12 +2,12 @@
 ``experiment_results``, replaced each time, where the exporter and ``abstream serve`` read
 it without Spark.
 
-Per experiment and population: the SRM p-value (with the threshold it is judged by) and
-the experiment's JSON document (what ``abstream serve`` answers with), and one per
-declared dimension with its results per value; per variant:
-visitors; per comparison: the lift with its confidence sequence (the interval valid
-however often it is read, whatever ``report.inference`` shows) and the adjusted p-value,
-with the metric's role and which way is better, for the alert rules.
+Per experiment and population: the SRM p-value (with the threshold it is judged by), the
+experiment's JSON document (what ``abstream serve`` answers with), and a document per
+declared dimension with its results per value; per variant: visitors; per comparison: the
+lift with its confidence sequence (the interval valid however often it is read, whatever
+``report.inference`` shows) and the adjusted p-value, with the metric's role and which way
+is better, for the alert rules.
 """
 
 from __future__ import annotations
