@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -26,6 +27,10 @@ from abstream.speed import Context
 BEACON = EventsSettings()
 #: The default metric catalog.
 CATALOG = default_catalog()
+#: ``abstream`` in a Python where ``import pyspark`` fails.
+WITHOUT_SPARK = [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
+                 "from abstream.cli import main; sys.exit(main(sys.argv[1:]))"]
+
 #: The dimensions of the generator's beacons (declared: the default catalog has none).
 DIMENSIONS = [{"name": "device", "property": "device"}, {"name": "country", "property": "country"}]
 #: The default definitions with ``DIMENSIONS``.

@@ -5,15 +5,11 @@ results themselves, and stopping the CLI never loads pyspark to look for a sessi
 import json
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 
+from tests.helpers import WITHOUT_SPARK
 from tests.servers import free_port
-
-#: ``abstream`` in a Python where ``import pyspark`` fails.
-WITHOUT_SPARK = [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
-                 "from abstream.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
 def test_lag_runs_without_pyspark(beacons_run):

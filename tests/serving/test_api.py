@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,11 +26,9 @@ from abstream.api.app import finite
 from abstream.layout import Layout
 from abstream.report.build import Report, dimension_reports
 from abstream.report.publish import publish
+from tests.helpers import WITHOUT_SPARK
 from tests.servers import free_port
 
-#: ``abstream`` in a Python where ``import pyspark`` fails.
-WITHOUT_SPARK = [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
-                 "from abstream.cli import main; sys.exit(main(sys.argv[1:]))"]
 PUBLISHED = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
 
