@@ -43,6 +43,12 @@ often is lost, one the chaos side holds more often is a duplicate):
 - the serving view of each side after ``batch --all``: its totals per experiment, variant
   and population equal the plain-Python reference of the metric contract
   (``tests/reference.py``) over the generated records.
+- the PostgreSQL serving store (``serving.store: postgres``; a throwaway server of Debian's
+  ``postgresql``), which the chaos side's runs write every second while they are killed
+  and its batch runs at their end: after the drain and again after ``batch --all``, each of
+  its two tables holds the chaos side's Delta serving view row for row, every column,
+  sketch bytes included. The result counts the kills that fell while a store transaction
+  was open (``kills_mid_store_write``).
 
 The stream is shaped so that the speed layer's results do not depend on where micro-batches
 start and end, which is what makes a crash-free run the oracle: events arrive at most
@@ -84,6 +90,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from psycopg import sql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
@@ -98,6 +105,8 @@ from abstream.config import Config, load_config
 from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
+from abstream.io.postgres import Store
+from abstream.io.postgres_local import LocalPostgres
 from abstream.io.tables import (
     DEFINITIONS_TABLE,
     EVENTS_TABLE,
@@ -108,7 +117,8 @@ from abstream.io.tables import (
     read_table,
 )
 from abstream.layout import Layout
-from abstream.serving.view import serving_view
+from abstream.serving.store_schema import VIEW_TABLES
+from abstream.serving.view import definitions_view, serving_view
 from abstream.speed import pipeline_components
 from abstream.speed.runner import pipeline, run_once
 from bench.common import RESULTS, log_progress, machine, write_result
@@ -188,7 +198,8 @@ class Comparison:
 
 
 def config_document(source: str, data_dir: Path, topics: dict[str, str] | None,
-                    bootstrap_servers: str | None) -> dict[str, Any]:
+                    bootstrap_servers: str | None, store: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
     """The settings both sides run with (the chaos side's processes read them from a file)."""
     document: dict[str, Any] = {
         "data_dir": str(data_dir),
@@ -201,6 +212,8 @@ def config_document(source: str, data_dir: Path, topics: dict[str, str] | None,
     }
     if topics is not None:
         document["kafka"] = {"bootstrap_servers": bootstrap_servers, **topics}
+    if store is not None:
+        document["serving"] = store
     return document
 
 
@@ -217,15 +230,18 @@ def topics_of(side: str) -> dict[str, str]:
 class Side:
     """One data dir and its config file."""
 
-    def __init__(self, name: str, work: Path, source: str, broker: LocalBroker | None) -> None:
+    def __init__(self, name: str, work: Path, source: str, broker: LocalBroker | None,
+                 store: dict[str, Any] | None = None) -> None:
         self.name = name
         self.data_dir = work / name
         self.data_dir.mkdir(parents=True)
         self.config_file = work / f"{name}.yaml"
         topics = topics_of(name) if broker is not None else None
         self.config_file.write_text(json.dumps(config_document(
-            source, self.data_dir, topics, broker.bootstrap_servers if broker else None)))
-        self.config: Config = load_config(self.config_file, environ={})
+            source, self.data_dir, topics, broker.bootstrap_servers if broker else None,
+            store)))
+        self.config: Config = load_config(self.config_file, environ={
+            STORE_PASSWORD: os.environ.get(STORE_PASSWORD, "")})
         self.layout = Layout.of(self.data_dir)
         self.logs = work / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -301,12 +317,14 @@ class Kills:
 
     mid_batch: Counter[str] = field(default_factory=Counter)
     startup: list[dict[str, Any]] = field(default_factory=list)
+    #: Kills that fell while one of the run's serving-store transactions was open.
+    mid_store_write: int = 0
     #: The shortest start-up measured (process start to the last component's first plan).
     startup_seconds: float | None = None
 
 
 def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
-                generating: Callable[[], bool]) -> Kills:
+                generating: Callable[[], bool], writing_store: Callable[[], bool]) -> Kills:
     """Start ``abstream run``, and kill its group at a random moment, again and again: in its
     start-up (``settings.startup_kills`` of them) or once its queries run."""
     kills, caught = 0, Kills()
@@ -329,17 +347,20 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
         try:
             process.wait(wait)
         except subprocess.TimeoutExpired:
+            storing = writing_store()
             kill_group(process)
             kills += 1
+            caught.mid_store_write += storing
             busy = in_flight(side)
             caught.mid_batch.update(busy)
             startup = startup_seconds(side, before, began_at)
             if startup is not None:
                 caught.startup_seconds = min(startup, caught.startup_seconds or startup)
             log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
-                     "the start; %s; mid-batch: %s); restarting", kills, settings.kills, wait,
+                     "the start; %s; mid-batch: %s%s); restarting", kills, settings.kills, wait,
                      started + wait, "input still coming" if generating() else
-                     "input complete", ", ".join(busy) or "none")
+                     "input complete", ", ".join(busy) or "none",
+                     "; a store write open" if storing else "")
             continue
         raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
                            f"see {side.logs}")
@@ -567,13 +588,15 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
     began = time.monotonic()
     rng = random.Random(settings.seed)
     settings.work.mkdir(parents=True, exist_ok=True)
-    with kafka_broker(settings) as broker:
-        chaos = Side("chaos", settings.work, settings.source, broker)
+    with kafka_broker(settings) as broker, postgres_server() as postgres:
+        chaos = Side("chaos", settings.work, settings.source, broker, store_document(postgres))
         crash_free = Side("crash-free", settings.work, settings.source, broker)
+        store = Store(chaos.config.serving.postgres)
         generator = start_generator(chaos, settings, broker)
         log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
                  settings.source, f"{settings.events:,}", settings.rate, settings.kills)
-        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None)
+        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None,
+                             lambda: store_write_open(store))
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {chaos.logs}")
         log.info("draining with abstream run --once")
@@ -588,6 +611,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
             spark = ctx.spark
             compare(comparison, "speed", speed_frames(spark, crash_free.layout, settings.source),
                     speed_frames(spark, chaos.layout, settings.source))
+            compare_store(comparison, "speed", spark, chaos, store)
 
             batch_killed = kill_batch_mid_chunk(chaos, rng)
             chaos.run("batch-again", "batch", "--since-last")
@@ -599,6 +623,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
             chaos.run("batch-all", "batch", "--all")
             run_batch(ctx, BatchRequest("all"))
             compare_batch(comparison, "batch --all", spark, crash_free.layout, chaos.layout)
+            compare_store(comparison, "batch --all", spark, chaos, store)
             expected = reference_totals(lines)
             comparison.rows("serving view (chaos) vs reference", expected,
                             serving_totals(spark, chaos.layout))
@@ -614,6 +639,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         "stream_seconds": stream_seconds,
         "kills_mid_batch": dict(caught.mid_batch),
         "kills_during_startup": len(caught.startup),
+        "kills_mid_store_write": caught.mid_store_write,
         "startup_kills": caught.startup,
         "batch_killed_mid_chunk": batch_killed,
         "records": len(lines),
@@ -626,6 +652,55 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         "master": "local[2]",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+#: The variable the chaos side's config takes the store's password from.
+STORE_PASSWORD = "ABSTREAM_CHAOS_STORE_PASSWORD"
+
+
+@contextmanager
+def postgres_server() -> Iterator[LocalPostgres]:
+    """A throwaway PostgreSQL server on a free loopback port; its password in
+    ``STORE_PASSWORD``."""
+    password = os.urandom(12).hex()
+    os.environ[STORE_PASSWORD] = password
+    server = LocalPostgres(password).start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def store_document(server: LocalPostgres) -> dict[str, Any]:
+    """The chaos side's ``serving`` settings: the store written every second."""
+    return {"store": "postgres", "postgres": {
+        "dsn": server.dsn, "password": "${" + STORE_PASSWORD + "}", "schema": "chaos",
+        "write_every": "1 second"}}
+
+
+def store_write_open(store: Store) -> bool:
+    """Whether one of abstream's connections has a transaction open in the store."""
+    with store.connect() as connection:
+        return bool(connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
+            "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
+
+
+def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side: Side,
+                  store: Store) -> None:
+    """The store's two tables against the side's Delta serving views, row for row."""
+    views = {"experiment_metrics": serving_view(spark, side.layout, None),
+             "definition_metrics": definitions_view(spark, side.layout,
+                                                    side.config.metrics.catalog, None)}
+    with store.connect() as connection:
+        for name, view in views.items():
+            columns = VIEW_TABLES[name][0].fieldNames()
+            delta = view.select(*columns).toArrow()
+            stored = connection.execute(sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), store.table(name))).fetchall()
+            comparison.rows(f"{stage} serving store {name}",
+                            zip(*(delta.column(c).to_pylist() for c in columns), strict=True),
+                            map(tuple, stored))
 
 
 def start_generator(side: Side, settings: ChaosSettings, broker: LocalBroker | None

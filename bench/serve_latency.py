@@ -8,9 +8,12 @@ own process; after a warm-up, ``--requests`` requests go to the results of every
 and population, to the lift over time and to the list, one at a time, and beside them the
 same number to ``/healthz`` (the floor: the same server and HTTP stack, no results). Last,
 the experiment page is loaded ``--loads`` times in Debian's Chromium (Playwright), timed
-from navigation to its comparisons and chart being drawn.
+from navigation to its comparisons and chart being drawn. With ``--store postgres`` the
+results are published into a throwaway PostgreSQL server's serving store too, and
+``serve`` answers from there.
 
     python -m bench.serve_latency [--events 20000] [--requests 2000] [--loads 20]
+                                  [--store delta|postgres]
 
 Prints a table, then one JSON object as the last line; writes it to bench/results/.
 """
@@ -18,6 +21,7 @@ Prints a table, then one JSON object as the last line; writes it to bench/result
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import statistics
 import subprocess
@@ -25,16 +29,20 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import sync_playwright
+from tests.helpers import store_settings
 from tests.servers import free_port
 
-from abstream.config import load_config
+from abstream.config import ServingSettings, load_config
 from abstream.generator.write import GeneratorSettings, generate
+from abstream.io.postgres import Store
+from abstream.io.postgres_local import LocalPostgres
 from abstream.report.build import Report, build_report
 from abstream.report.publish import publish
 from abstream.speed import pipeline_components
@@ -56,15 +64,35 @@ def _twenty(report: Report) -> Report:
     return replace(report, experiments=copies)
 
 
-def _published(work: Path, events: int, seed: int) -> Report:
-    """A small run's report, published as 20 experiments into ``work``'s results table."""
+def _published(work: Path, events: int, seed: int, store: Store | None) -> Report:
+    """A small run's report, published as 20 experiments into ``work``'s results table
+    (and ``store``)."""
     config = load_config(None, data_dir=work)
     with pipeline(config) as ctx:
         generate(GeneratorSettings(events=events, seed=seed), Path(ctx.layout.landing))
         run_once(ctx, pipeline_components(config))
         report = _twenty(build_report(ctx.spark, ctx.layout, config))
-        publish(ctx.spark, ctx.layout, report, datetime.now(UTC))
+        publish(ctx.spark, ctx.layout, report, datetime.now(UTC), store=store)
     return report
+
+
+class _Server(AbstractContextManager["_Server"]):
+    """A throwaway PostgreSQL server and the serving settings that use it."""
+
+    def __enter__(self) -> _Server:
+        self.postgres = LocalPostgres(os.urandom(12).hex()).start()
+        self.serving = ServingSettings.model_validate(store_settings(self.postgres, "bench"))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.postgres.remove()
+
+    def environment(self) -> dict[str, str]:
+        postgres = self.serving.postgres
+        return {"ABSTREAM__SERVING__STORE": "postgres",
+                "ABSTREAM__SERVING__POSTGRES__DSN": postgres.dsn,
+                "ABSTREAM__SERVING__POSTGRES__SCHEMA": postgres.db_schema,
+                "ABSTREAM__SERVING__POSTGRES__PASSWORD": self.postgres.password}
 
 
 def _get(url: str) -> float:
@@ -128,17 +156,24 @@ def main() -> None:
     parser = dataset_parser(__doc__, 20_000)
     parser.add_argument("--requests", type=int, default=2_000)
     parser.add_argument("--loads", type=int, default=20)
+    parser.add_argument("--store", choices=("delta", "postgres"), default="delta",
+                        help="where serve reads the published results from")
     args = parser.parse_args()
     log_progress()
-    with tempfile.TemporaryDirectory(prefix="serve-latency-") as folder:
+    postgres: AbstractContextManager[_Server | None] = \
+        _Server() if args.store == "postgres" else nullcontext()
+    with tempfile.TemporaryDirectory(prefix="serve-latency-") as folder, postgres as store:
         work = Path(folder) / "data"
-        log.info("a speed-layer run over %s beacons, its report published as %d experiments",
-                 f"{args.events:,}", EXPERIMENTS)
-        report = _published(work, args.events, args.seed)
+        log.info("a speed-layer run over %s beacons, its report published as %d experiments "
+                 "(%s)", f"{args.events:,}", EXPERIMENTS, args.store)
+        report = _published(work, args.events, args.seed,
+                            None if store is None else Store(store.serving.postgres))
         port = free_port()
         began = time.monotonic()
         server = subprocess.Popen([sys.executable, "-m", "abstream", "serve", "--data-dir",
-                                   str(work), "--port", str(port)])
+                                   str(work), "--port", str(port)],
+                                  env={**os.environ,
+                                       **({} if store is None else store.environment())})
         base = f"http://127.0.0.1:{port}"
         try:
             while True:
@@ -158,7 +193,7 @@ def main() -> None:
             server.wait(timeout=30)
     result: dict[str, Any] = {
         "benchmark": "serve_latency", "when": datetime.now(UTC).isoformat(),
-        "machine": machine(), "experiments": EXPERIMENTS,
+        "machine": machine(), "experiments": EXPERIMENTS, "store": args.store,
         "populations": len(report.experiments), "started_seconds": round(started, 2),
         "latency": latency,
         "results_p99_over_healthz_p99": round(
@@ -172,7 +207,7 @@ def main() -> None:
     print(f"experiment page interactive: median {result['page_interactive_seconds']['median']}"
           f" s, max {result['page_interactive_seconds']['max']} s over {len(loads)} loads; "
           f"serve answered {started:.2f} s after its start; {machine()}")
-    write_result(result, "serve-latency")
+    write_result(result, f"serve-latency-{args.store}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 # Installs the Debian packages abstream needs when they are missing.
 #   scripts/install-system-deps.sh run    Java 17 (Spark's JVM)
 #   scripts/install-system-deps.sh test   the same, plus Prometheus, its Pushgateway,
-#                                         Chromium (the HTML report's screenshot test),
-#                                         systemd-analyze and chattr (the fault tests)
+#                                         PostgreSQL's server (the serving store's tests
+#                                         start one of their own), Chromium (the results
+#                                         page's tests), systemd-analyze and chattr (the
+#                                         fault tests)
 set -euo pipefail
 
 want=()
@@ -20,6 +22,8 @@ if [ "${1:-run}" = "test" ]; then
   # Prometheus, promtool and the Pushgateway: the monitoring tests run the real ones.
   command -v promtool >/dev/null 2>&1 || want+=(prometheus)
   command -v prometheus-pushgateway >/dev/null 2>&1 || want+=(prometheus-pushgateway)
+  # PostgreSQL's server programs (initdb, postgres): Debian keeps them off the PATH.
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || want+=(postgresql)
   command -v chromium >/dev/null 2>&1 || want+=(chromium fonts-dejavu-core)
   # The fault tests: systemd-analyze checks the unit, chattr makes a table read-only.
   command -v systemd-analyze >/dev/null 2>&1 || want+=(systemd)

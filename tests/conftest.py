@@ -14,13 +14,14 @@ from pyspark.sql import SparkSession
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.kafka.broker import LocalBroker
+from abstream.io.postgres_local import LocalPostgres
 from abstream.io.spark import spark_session
 from abstream.layout import Layout
 from abstream.report.build import Report, build_report
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
-from tests.helpers import DIMENSIONS, make_config
+from tests.helpers import DIMENSIONS, POSTGRES_PASSWORD, make_config
 from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
@@ -109,3 +110,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """One real PostgreSQL server on loopback for the whole test session (Debian's
+    programs), its user's password ``POSTGRES_PASSWORD``; tests use schemas of their own."""
+    server = LocalPostgres(POSTGRES_PASSWORD).start()
+    yield server
+    server.remove()

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from abstream.config import Config, EventsSettings
+from abstream.io.postgres_local import LocalPostgres
 from abstream.metrics.catalog import default_catalog
 from abstream.metrics.definitions import Catalog
 from abstream.schemas import EVENTS
@@ -36,6 +37,9 @@ DIMENSIONS = [{"name": "device", "property": "device"}, {"name": "country", "pro
 #: The default definitions with ``DIMENSIONS``.
 CATALOG_BY_DIMENSIONS = Catalog.model_validate(
     {"definitions": CATALOG.definitions, "dimensions": DIMENSIONS})
+
+#: The password of the test PostgreSQL server's user.
+POSTGRES_PASSWORD = "pg-s3cret-0x1F"
 
 #: When the bronze rows that tests build arrived and were ingested.
 T0_BRONZE = datetime(2026, 1, 5, 10, 0)
@@ -221,3 +225,9 @@ def small_disk(folder: Path, size: str = "16m") -> AbstractContextManager[Path]:
     folder.mkdir(parents=True)
     return system_change(folder, ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs"],
                          ["umount", "-l"], "mount a small file system")
+
+
+def store_settings(server: LocalPostgres, schema: str, **settings: object) -> dict[str, object]:
+    """The ``serving`` section of a config writing the store of ``server`` into ``schema``."""
+    return {"store": "postgres", "postgres": {"dsn": server.dsn, "password": server.password,
+                                              "schema": schema, **settings}}

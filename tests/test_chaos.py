@@ -21,7 +21,7 @@ def test_kill_9_of_the_speed_and_batch_layers_loses_and_duplicates_nothing(
     assert result["startup_kills"][0]["aimed_at"] == "creating events"
     assert result["batch_killed_mid_chunk"]
     assert result["late_rows_dropped_crash_free"] == 0, "the stream is shaped for no drops"
-    assert len(result["tables"]) == 15, "every table of both layers and the serving view"
+    assert len(result["tables"]) == 19, "every table of both layers, the serving view and store"
     failed = {name: table for name, table in result["tables"].items()
               if table["lost"] or table["duplicate"]}
     assert not failed

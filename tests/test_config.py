@@ -151,6 +151,15 @@ def test_a_kafka_property_from_the_environment_is_taken_as_it_is():
     assert kafka.spark_kafka_options()["kafka.ssl.truststore.type"] == "PKCS12"
 
 
+def test_a_credential_from_the_environment_is_taken_as_it_is():
+    config = load_config(environ={"ABSTREAM__SPARK__CONF__spark.ssl.keyPassword": f"[{SECRET}",
+                                  "ABSTREAM__SERVING__POSTGRES__PASSWORD": "0x1F",
+                                  "ABSTREAM__SERVING__STORE": "postgres"})
+    assert config.spark.conf["spark.ssl.keyPassword"] == f"[{SECRET}"
+    assert config.serving.postgres.password.get_secret_value() == "0x1F"
+    assert "0x1F" not in repr(config.serving)
+
+
 @pytest.mark.parametrize(("environ", "file", "message"), [
     ({}, "kafka: {client_options: {sasl.password: '${KAFKA_PASSWORD}'}}",
      r"^config: kafka.client_options.sasl.password: environment variable KAFKA_PASSWORD is "
@@ -160,8 +169,12 @@ def test_a_kafka_property_from_the_environment_is_taken_as_it_is():
      r"\[from \$ABSTREAM__KAFKA__CLIENT_OPTIONS\]$"),
     ({"ABSTREAM__KAFKA__SPARK_OPTIONS": "{sasl.jaas.config: " + SECRET}, "",
      r"^\$ABSTREAM__KAFKA__SPARK_OPTIONS: value is not valid YAML$"),
-    ({"ABSTREAM__SPARK__CONF__spark.ssl.keyPassword": f"[{SECRET}"}, "",
-     r"^\$ABSTREAM__SPARK__CONF__spark.ssl.keyPassword: value is not valid YAML$"),
+    ({"ABSTREAM__SERVING__POSTGRES__DSN": "postgresql://abstream:hunter2@db/abstream"}, "",
+     r"^config: serving.postgres.dsn: give the password in serving.postgres.password from an "
+     r"environment variable, not in the dsn \[from \$ABSTREAM__SERVING__POSTGRES__DSN\]$"),
+    ({"ABSTREAM__SERVING__POSTGRES__DSN": f"host=db password={SECRET[:8]} ="}, "",
+     r"^config: serving.postgres.dsn: not a libpq connection string or postgresql:// URI "
+     r"\[from \$ABSTREAM__SERVING__POSTGRES__DSN\]$"),
     ({}, "kafka: {spark_options: {kafka.sasl.jaas.config: x}}",
      r"^config: kafka.spark_options: kafka.sasl.jaas.config: give the client property "
      r"without 'kafka.' \[in .*\]$"),

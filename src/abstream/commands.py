@@ -67,9 +67,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
         with pipeline(config, [exporter.queries.observe]) as ctx:
             if args.once:
                 run_once(ctx, components, stop)
+                if config.serving.store == "postgres":
+                    from abstream.serving.store_sync import write_store
+
+                    write_store(ctx.spark, ctx.layout, config, "speed", stop=stop)
             else:
                 exporter.expect_queries(ctx.spark, [c.name for c in components])
-                _run_publishing(ctx, components, stop)
+                _run_continuously(ctx, components, stop)
     finally:
         exporter.push()
         exporter.stop()
@@ -78,25 +82,32 @@ def run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _run_publishing(ctx: Context, components: list[Component], stop: threading.Event
+def _run_continuously(ctx: Context, components: list[Component], stop: threading.Event
                     ) -> None:
     """Run the components until stopped, publishing the report every
-    ``report.publish_every`` meanwhile."""
+    ``report.publish_every`` and writing the serving store meanwhile."""
     from abstream.durations import spark_interval
     from abstream.report.schedule import PeriodicPublisher
+    from abstream.serving.store_sync import StoreSync
     from abstream.speed.runner import run_continuously
 
+    beside: list[PeriodicPublisher | StoreSync] = []
     every = ctx.config.report.publish_every
-    if every is None:
-        run_continuously(ctx, components, stop)
-        return
-    publisher = PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, every)
-    publisher.start()
-    log.info("publishing the report every %s (report.publish_every)", spark_interval(every))
+    if every is not None:
+        beside.append(PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, every))
+        log.info("publishing the report every %s (report.publish_every)", spark_interval(every))
+    if ctx.config.serving.store == "postgres":
+        beside.append(StoreSync(ctx.spark, ctx.layout, ctx.config))
+        log.info("writing the serving store %s every %s (serving.postgres.write_every)",
+                 beside[-1].writer.store.where,
+                 spark_interval(ctx.config.serving.postgres.write_every))
+    for work in beside:
+        work.start()
     try:
         run_continuously(ctx, components, stop)
     finally:
-        publisher.stop()
+        for work in beside:
+            work.stop()
 
 
 def demo(args: argparse.Namespace, config: Config) -> int:
@@ -123,9 +134,15 @@ def batch(args: argparse.Namespace, config: Config) -> int:
         raise UsageError("--from must come before --to")
     request = BatchRequest("range", args.start, args.end) if args.start else \
         BatchRequest("since_last" if args.since_last else "all")
-    result = run_batch(Deployment.open(config), request,
-                       stop_on_signals("finishing the current chunk"))
+    deployment = Deployment.open(config)
+    stop = stop_on_signals("finishing the current chunk")
+    result = run_batch(deployment, request, stop)
     print(result.text())
+    if config.serving.store == "postgres":
+        from abstream.serving.store_sync import write_store
+
+        write_store(deployment.spark, deployment.layout, config, "batch", stop=stop,
+                    covers={"batch_ranges": [str(r) for r in result.ranges]})
     return 0
 
 
@@ -194,11 +211,13 @@ def report(args: argparse.Namespace, config: Config) -> int:
         args.html.write_text(render_html(report), encoding="utf-8")
         log.info("HTML report written to %s", args.html)
     if args.publish:
+        from abstream.io.postgres import configured_store
         from abstream.report.build import dimension_reports
         from abstream.report.publish import publish
 
         publish(deployment.spark, deployment.layout, report, datetime.now(UTC),
-                dimension_reports(deployment.spark, deployment.layout, config))
+                dimension_reports(deployment.spark, deployment.layout, config),
+                store=configured_store(config))
     if args.json:
         print(json.dumps(report.to_dict()))
     elif args.html is None and not args.publish:
@@ -277,6 +296,8 @@ def serve(args: argparse.Namespace, config: Config) -> int:
     import uvicorn
 
     from abstream.api.app import create_app, reachable_from_elsewhere
+    from abstream.api.published import PublishedResults, Source, StoredResults
+    from abstream.io.postgres import configured_store
     from abstream.layout import Layout
 
     settings = config.serve
@@ -286,13 +307,15 @@ def serve(args: argparse.Namespace, config: Config) -> int:
     if reachable_from_elsewhere(host) and token is None:
         raise ConfigError(f"serve.host {host} can be reached from other machines: set a "
                           "bearer token in serve.token (ABSTREAM__SERVE__TOKEN)")
-    results = Layout.of(config.data_dir).experiment_results
+    store = configured_store(config)
+    published: Source = PublishedResults(Layout.of(config.data_dir).experiment_results) \
+        if store is None else StoredResults(store)
     log.info("results API at http://%s:%d/api/v1/experiments (OpenAPI at "
              "/api/v1/openapi.json)%s", host, port, "; bearer token required" if token else "")
     # uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handlers it
     # found: these, so that a stop is an exit 0.
     stop_on_signals("stopped")
-    uvicorn.run(create_app(results, token), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(published, token), host=host, port=port, log_level="warning")
     return 0
 
 

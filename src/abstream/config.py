@@ -75,8 +75,8 @@ KafkaOptionValue = Annotated[SecretStr, BeforeValidator(_kafka_option_value)]
 #: The maps of Kafka client properties under ``kafka``.
 KAFKA_OPTION_MAPS = ("options", "spark_options", "client_options")
 
-#: Setting names whose values are credentials: never shown in messages.
-SECRET_NAME = re.compile(r"password|secret|jaas|token|key", re.IGNORECASE)
+#: Setting names whose values are (or may hold) credentials: never shown in messages.
+SECRET_NAME = re.compile(r"password|secret|jaas|token|key|dsn", re.IGNORECASE)
 
 
 class _Section(BaseModel):
@@ -557,6 +557,53 @@ class ServeSettings(_Section):
     token: SecretStr | None = None
 
 
+class PostgresSettings(_Section):
+    """The PostgreSQL serving store (``serving.store: postgres``)."""
+
+    #: libpq connection string or URI without the password, e.g.
+    #: ``postgresql://abstream@db.internal:5432/experiments``.
+    dsn: str = Field(default="postgresql://abstream@127.0.0.1:5432/abstream", min_length=1)
+    #: Give it from the environment (``ABSTREAM__SERVING__POSTGRES__PASSWORD``, or ``${NAME}``
+    #: in the file); unset, libpq's own ``PGPASSWORD`` or ``~/.pgpass`` apply.
+    password: SecretStr | None = None
+    #: The schema abstream's tables live in; created when missing.
+    db_schema: str = Field(default="abstream", alias="schema",
+                           pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    #: How often ``abstream run`` brings the store up to the Delta tables.
+    write_every: Duration = timedelta(seconds=10)
+    connect_timeout: Duration = timedelta(seconds=5)
+
+    @field_validator("dsn")
+    @classmethod
+    def _no_password_in_dsn(cls, dsn: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.errors import ProgrammingError
+
+        try:
+            given = conninfo_to_dict(dsn)
+        except ProgrammingError:
+            raise ValueError("not a libpq connection string or postgresql:// URI") from None
+        if given.get("password"):
+            raise ValueError("give the password in serving.postgres.password from an "
+                             "environment variable, not in the dsn")
+        return dsn
+
+    @model_validator(mode="after")
+    def _positive(self) -> PostgresSettings:
+        if self.write_every <= timedelta(0) or self.connect_timeout <= timedelta(0):
+            raise ValueError("write_every and connect_timeout must be positive")
+        return self
+
+
+class ServingSettings(_Section):
+    """Where the serving view and the published results are served from besides Delta."""
+
+    #: ``delta``: the Delta tables only; ``postgres``: also a PostgreSQL store that the speed
+    #: and batch layers write and ``abstream serve`` reads.
+    store: Literal["delta", "postgres"] = "delta"
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+
+
 class Config(_Section):
     data_dir: str = "abstream-data"
     #: Where beacons come from: JSON-lines files in the landing folder, or a Kafka topic.
@@ -574,6 +621,7 @@ class Config(_Section):
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
     maintain: MaintainSettings = Field(default_factory=MaintainSettings)
 
     @field_validator("metrics")
@@ -664,9 +712,9 @@ def _is_kafka_property(keys: tuple[str, ...]) -> bool:
 
 
 def _env_value(name: str, keys: tuple[str, ...], value: str) -> Any:
-    """The variable's value read as YAML; a Kafka client property's as it is (a password
-    such as ``0x1F`` or ``1e3`` is not a number)."""
-    if _is_kafka_property(keys):
+    """The variable's value read as YAML; a Kafka client property's or a credential's as it
+    is (a password such as ``0x1F`` or ``1e3`` is not a number)."""
+    if _is_kafka_property(keys) or any(SECRET_NAME.search(key) for key in keys):
         return value
     try:
         return yaml.safe_load(value) if value.strip() else value

@@ -22,6 +22,7 @@ from abstream.batch.layer import BatchRequest, BatchResult, run_batch
 from abstream.config import Config
 from abstream.errors import UsageError
 from abstream.generator.write import GenerationSummary, GeneratorSettings, generate
+from abstream.io.postgres import configured_store
 from abstream.io.tables import (
     EVENTS_TABLE,
     METRICS_TABLE,
@@ -169,7 +170,7 @@ def _run(ctx: Context, layout: Layout, generated: GenerationSummary, began: floa
         report = build_report(ctx.spark, layout, ctx.config)
         rows = counting.result()
     publish(ctx.spark, layout, report, datetime.now(UTC),
-            dimension_reports(ctx.spark, layout, ctx.config))
+            dimension_reports(ctx.spark, layout, ctx.config), store=configured_store(ctx.config))
     return DemoResult(
         generated=generated,
         bronze_rows=rows[EVENTS_TABLE.name],

@@ -23,10 +23,13 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from abstream.api.app import finite
+from abstream.config import ServingSettings
+from abstream.io.postgres import Store
+from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
 from abstream.report.build import Report, dimension_reports
 from abstream.report.publish import publish
-from tests.helpers import WITHOUT_SPARK
+from tests.helpers import WITHOUT_SPARK, store_settings
 from tests.servers import free_port
 
 PUBLISHED = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -88,18 +91,38 @@ class Published:
     breakdowns: list[Report]
     layout: Layout
     server: Server
+    store: Store | None
+
+
+def store_environment(server: LocalPostgres, schema: str) -> dict[str, str]:
+    """The environment of a ``serve`` that reads the store of ``server``."""
+    return {**os.environ, "ABSTREAM__SERVING__STORE": "postgres",
+            "ABSTREAM__SERVING__POSTGRES__DSN": server.dsn,
+            "ABSTREAM__SERVING__POSTGRES__PASSWORD": server.password,
+            "ABSTREAM__SERVING__POSTGRES__SCHEMA": schema}
 
 
 @pytest.fixture(scope="module")
-def published(spark, served, tmp_path_factory) -> Iterator[Published]:
+def breakdowns(spark, served) -> list[Report]:
+    return dimension_reports(spark, served.ctx.layout, served.ctx.config)
+
+
+@pytest.fixture(scope="module", params=["delta", "postgres"])
+def published(request, spark, served, breakdowns, tmp_path_factory) -> Iterator[Published]:
     """The shared small run's final report and its breakdowns by device and country,
-    published into a data dir of their own, and a server on it."""
+    published into a data dir of their own (and, with ``postgres``, into the serving
+    store, which the server then reads), and a server on it."""
     data = tmp_path_factory.mktemp("served") / "data"
     layout = Layout.of(data)
-    breakdowns = dimension_reports(spark, served.ctx.layout, served.ctx.config)
-    publish(spark, layout, served.final, PUBLISHED, breakdowns)
-    server = start(data)
-    yield Published(served.final, breakdowns, layout, server)
+    store, env = None, None
+    if request.param == "postgres":
+        postgres = request.getfixturevalue("postgres")
+        env = store_environment(postgres, "api")
+        store = Store(ServingSettings.model_validate(
+            store_settings(postgres, "api")).postgres)
+    publish(spark, layout, served.final, PUBLISHED, breakdowns, store=store)
+    server = start(data, env=env)
+    yield Published(served.final, breakdowns, layout, server, store)
     stop(server)
 
 
@@ -215,12 +238,30 @@ def test_the_etag_is_the_results_version_and_changes_when_they_are_published_aga
     etag = first.headers["etag"]
     assert server.get(path, {"If-None-Match": etag}).status == 304
     publish(spark, published.layout, published.report, datetime(2026, 3, 2, 9, tzinfo=UTC),
-            published.breakdowns)
+            published.breakdowns, store=published.store)
     again = server.get(path, {"If-None-Match": etag})
     assert again.status == 200
     assert again.headers["etag"] != etag
     assert again.body == first.body
     assert server.get("/api/v1/experiments").body[0]["computed_at"] == "2026-03-02T09:00:00Z"
+
+
+def test_a_store_that_is_down_is_a_503_saying_so_and_serving_resumes_when_it_returns(
+        tmp_path):
+    postgres = LocalPostgres("s3cret-for-serve").start()
+    server = start(tmp_path / "data", env=store_environment(postgres, "resuming"))
+    try:
+        assert server.get("/api/v1/experiments").body == []
+        postgres.kill()
+        answers = [server.get("/api/v1/experiments") for _ in range(2)]
+        assert [a.status for a in answers] == [503, 503]
+        assert "Connection refused" in answers[1].body["error"]
+        assert not any("s3cret" in a.body["error"] for a in answers)
+        postgres.start()
+        assert server.get("/api/v1/experiments").status == 200
+    finally:
+        stop(server)
+        postgres.remove()
 
 
 def test_nothing_published_is_an_empty_list(tmp_path):

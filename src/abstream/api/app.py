@@ -24,7 +24,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from abstream.api.openapi import DOCUMENT
-from abstream.api.published import Entry, Published, PublishedResults
+from abstream.api.published import Entry, Published, Source
+from abstream.errors import AbstreamError
 from abstream.topology import POPULATIONS
 
 #: What needs no token: the probe.
@@ -167,14 +168,17 @@ def reachable_from_elsewhere(host: str) -> bool:
         return True
 
 
-def create_app(results_location: str, token: str | None = None) -> ASGIApp:
-    """The API over the results table at ``results_location``; with ``token``, every
-    request but ``/healthz`` must carry it."""
-    published = PublishedResults(results_location)
+def create_app(published: Source, token: str | None = None) -> ASGIApp:
+    """The API over the ``published`` results (``PublishedResults``, ``StoredResults``);
+    with ``token``, every request but ``/healthz`` must carry it. While the results cannot
+    be read (the serving store is down), the answer is a 503 saying why."""
 
     def versioned(build: Callable[[Published, Request], Any]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
-            current = published.latest()
+            try:
+                current = published.latest()
+            except AbstreamError as exc:
+                return _error(ApiError(503, str(exc)))
             etag = f'"{"none" if current.version is None else current.version}"'
             if request.headers.get("if-none-match") == etag:
                 return Response(status_code=304, headers={"ETag": etag})

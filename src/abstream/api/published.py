@@ -1,15 +1,23 @@
 """The published results as ``abstream serve`` answers with them: per experiment and
-population, the document ``report --publish`` wrote (``experiment_results``), read through
-the table's Delta log without Spark, again only when the table has a new version."""
+population, the document ``report --publish`` wrote, read again only when there is a new
+version: from the Delta table ``experiment_results`` through its log without Spark, or,
+with ``serving.store: postgres``, from the store's ``published_results`` (its version is
+``publication``'s)."""
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
 
 from abstream.io.latest_rows import LatestRows
+from abstream.io.postgres import PUBLICATION, PUBLISHED, SERVING, Store, StoreError
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -52,6 +60,10 @@ class Published:
         return {experiment for experiment, _ in self.entries}
 
 
+class Source(Protocol):
+    def latest(self) -> Published: ...
+
+
 class PublishedResults:
     """The results table at ``location``, as ``Published`` at its latest version."""
 
@@ -66,6 +78,56 @@ class PublishedResults:
         return self._published
 
 
+class StoredResults:
+    """The serving store's published results, as ``Published`` at its latest version; one
+    connection, opened again after the store failed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._published = Published(None, {})
+        self._lock = threading.Lock()
+        self._connection: psycopg.Connection | None = None
+
+    def latest(self) -> Published:
+        """``StoreError`` when the store cannot answer."""
+        with self._lock:
+            try:
+                return self._read()
+            except psycopg.Error as exc:
+                self._close()
+                raise StoreError(self.store.where, exc) from None
+            except StoreError:
+                self._close()
+                raise
+
+    def _read(self) -> Published:
+        if self._connection is None or self._connection.closed:
+            self._connection = self.store.open()
+            self._connection.autocommit = True
+        connection = self._connection
+        try:
+            row = connection.execute(sql.SQL("SELECT version FROM {} WHERE store = %s").format(
+                self.store.table(PUBLICATION)), (SERVING,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return Published(None, {})
+        version = None if row is None or not row[0] else int(row[0])
+        if version != self._published.version:
+            with connection.transaction(), connection.cursor(row_factory=dict_row) as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                version = int(cursor.execute(sql.SQL("SELECT version FROM {} WHERE store = %s")
+                                             .format(self.store.table(PUBLICATION)),
+                                             (SERVING,)).fetchone()["version"])
+                rows = cursor.execute(sql.SQL("SELECT * FROM {}").format(
+                    self.store.table(PUBLISHED))).fetchall()
+            self._published = Published(version, _entries(rows))
+        return self._published
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = None
+
+
 def _entries(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:
     """The published experiments and populations (rows published before documents were,
     which have none, are not)."""
@@ -73,15 +135,21 @@ def _entries(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:
     for row in rows:
         if row["kind"] == "breakdown":
             breakdowns.setdefault((row["experiment_id"], row["population"]), {})[
-                row["dimension"]] = json.loads(row["document"])["values"]
+                row["dimension"]] = _document(row)["values"]
     entries = {}
     for row in rows:
         if row["kind"] != "experiment" or row.get("document") is None:
             continue
-        document = json.loads(row["document"])
+        document = _document(row)
         key = (row["experiment_id"], row["population"])
         entries[key] = Entry(*key, data_through=iso(row["as_of"]),
                              computed_at=iso(row["published_at"]),
                              results=document["results"], series=document["series"],
                              breakdowns=breakdowns.get(key, {}))
     return dict(sorted(entries.items()))
+
+
+def _document(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's document: JSON text in Delta, already parsed from the store's ``jsonb``."""
+    document = row["document"]
+    return json.loads(document) if isinstance(document, str) else document

@@ -52,6 +52,14 @@ class Version:
     #: Files added without changing data (OPTIMIZE and other rewrites).
     rewritten: tuple[FileAction, ...]
     removed: tuple[str, ...]
+    #: Whether a removed file took data away (a DELETE, MERGE or overwrite, not OPTIMIZE).
+    data_removed: bool = False
+    #: The minimum and maximum of ``stats_column`` (epoch ms) over the data files added;
+    #: None when one of them has no statistics for it.
+    added_span: tuple[int, int] | None = None
+    #: The streaming writer and micro-batch of the commit, from the marker in its
+    #: ``userMetadata`` (``io.sinks.AppendOnce``), when it carries one.
+    micro_batch: tuple[str, int] | None = None
 
     @property
     def is_data_change(self) -> bool:
@@ -81,6 +89,18 @@ def _stats_ms(stats: str | None, column: str | None, kind: str) -> int | None:
         return int(epoch_from_iso(value) * 1000)
     except ValueError:
         return None
+
+
+def _micro_batch(metadata: str | None) -> tuple[str, int] | None:
+    """(writer, micro-batch) of a commit's ``userMetadata`` marker, None without one."""
+    try:
+        marker = json.loads(metadata) if metadata else None
+    except ValueError:
+        return None
+    if isinstance(marker, dict) and isinstance(marker.get("writer"), str) \
+            and isinstance(marker.get("batch"), int):
+        return marker["writer"], marker["batch"]
+    return None
 
 
 class DeltaLogReader:
@@ -132,6 +152,9 @@ class DeltaLogReader:
         added: list[FileAction] = []
         rewritten: list[FileAction] = []
         removed: list[str] = []
+        maxima: list[int | None] = []
+        data_removed = False
+        micro_batch: tuple[str, int] | None = None
         for line in self.storage.read_text(self._commit_path(version)).splitlines():
             if not line.strip():
                 continue
@@ -142,18 +165,23 @@ class DeltaLogReader:
                         stats_min_ms(add.get("stats"), self.stats_column))
                 if add.get("dataChange", True):
                     added.append(file)
+                    maxima.append(stats_max_ms(add.get("stats"), self.stats_column))
                 else:
                     rewritten.append(file)
             elif "remove" in action:
                 removed.append(action["remove"]["path"])
+                data_removed |= bool(action["remove"].get("dataChange", True))
             elif "metaData" in action:
                 self.table_id = action["metaData"].get("id", self.table_id)
             elif "commitInfo" in action:
                 ict = action["commitInfo"].get("inCommitTimestamp")
                 if ict is not None:
                     timestamp_ms = int(ict)
+                micro_batch = _micro_batch(action["commitInfo"].get("userMetadata"))
+        minima = [file[3] for file in added]
+        span = (min(minima), max(maxima)) if added and None not in minima + maxima else None
         self.versions[version] = Version(version, timestamp_ms, tuple(added), tuple(rewritten),
-                                         tuple(removed))
+                                         tuple(removed), data_removed, span, micro_batch)
         self.latest_version = version
         if added:
             self.latest_data_version = version

@@ -22,10 +22,12 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from abstream.io.postgres import Store
 from abstream.io.tables import RESULTS_TABLE, ensure_table
 from abstream.layout import Layout
 from abstream.report.build import Report
 from abstream.schemas import EXPERIMENT_RESULTS
+from abstream.serving.store import publish_results
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +66,15 @@ def result_rows(report: Report, published_at: datetime, breakdowns: Sequence[Rep
 
 
 def publish(spark: SparkSession, layout: Layout, report: Report, published_at: datetime,
-            breakdowns: Sequence[Report] = ()) -> int:
-    """Replace ``experiment_results`` with the rows of ``report`` and its ``breakdowns``;
-    how many were written."""
+            breakdowns: Sequence[Report] = (), *, store: Store | None = None) -> int:
+    """Replace ``experiment_results`` with the rows of ``report`` and its ``breakdowns``,
+    and, with a serving ``store``, its published results; how many rows were written."""
     rows = result_rows(report, published_at, breakdowns)
     path = ensure_table(spark, RESULTS_TABLE, layout)
     schema = to_arrow_schema(EXPERIMENT_RESULTS, timezone="UTC")
     table = pa.Table.from_pylist(rows, schema=schema)
     spark.createDataFrame(table).write.format("delta").mode("overwrite").save(path)
     log.info("published %d result rows to %s", len(rows), path)
+    if store is not None:
+        publish_results(store, rows, published_at)
     return len(rows)

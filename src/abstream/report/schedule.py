@@ -5,7 +5,6 @@ does. A publish that fails is one line in the log and is tried again at the next
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -14,8 +13,10 @@ from pyspark.sql import SparkSession
 from abstream.config import Config
 from abstream.durations import spark_interval
 from abstream.errors import AbstreamError, first_line
+from abstream.io.postgres import configured_store
 from abstream.io.spark import SPARK_ERRORS
 from abstream.layout import Layout
+from abstream.periodic import Periodic
 from abstream.report.build import build_report, dimension_reports
 from abstream.report.publish import publish
 
@@ -29,31 +30,27 @@ class PeriodicPublisher:
                  every: timedelta) -> None:
         self.spark, self.layout, self.config, self.every = spark, layout, config, every
         self.published = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="publish", daemon=True)
+        self._periodic = Periodic("publish", every, self.publish_once)
 
     def start(self) -> None:
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self) -> None:
         """Stop after the publish under way, if any."""
-        self._stop.set()
-        self._thread.join()
+        self._periodic.stop()
 
-    def publish_once(self) -> None:
+    def publish_once(self) -> float | None:
         began = time.monotonic()
         self.spark.sparkContext.setJobDescription("publish the report")
         try:
             report = build_report(self.spark, self.layout, self.config)
             breakdowns = dimension_reports(self.spark, self.layout, self.config)
-            rows = publish(self.spark, self.layout, report, datetime.now(UTC), breakdowns)
+            rows = publish(self.spark, self.layout, report, datetime.now(UTC), breakdowns,
+                           store=configured_store(self.config))
         except (AbstreamError, *SPARK_ERRORS) as exc:
             log.warning("publishing the report failed, trying again in %s: %s",
                         spark_interval(self.every), first_line(exc))
-            return
+            return None
         self.published += 1
         log.info("published the report: %d rows in %.1f s", rows, time.monotonic() - began)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every.total_seconds()):
-            self.publish_once()
+        return None

@@ -11,6 +11,8 @@ job) and any engine with a metastore can hold it as a permanent view
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame, SparkSession
 
 from abstream.io.tables import (
@@ -30,15 +32,23 @@ VIEW_NAME = "abstream_serving"
 DEFINITIONS_VIEW = "abstream_serving_definitions"
 
 
-def _table(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
+#: Table paths and the versions to read them at (time travel); a table not named is read
+#: at its latest version.
+Pinned = Mapping[str, int]
+
+
+def _table(path: str, pinned: Pinned | None = None) -> str:
+    version = (pinned or {}).get(path)
+    return "delta.`" + path.replace("`", "``") + "`" + \
+        ("" if version is None else f" VERSION AS OF {version}")
 
 
 def _layered_query(table: str, time_column: str, layout: Layout,
-                   speed_columns: str = "g.*", speed_grouping: str = "") -> str:
+                   speed_columns: str = "g.*", speed_grouping: str = "", *,
+                   pinned: Pinned | None = None) -> str:
     """Batch rows whose ``time_column`` the batch layer covers (final), speed rows
     elsewhere (provisional)."""
-    rows, coverage = _table(table), _table(layout.batch_coverage)
+    rows, coverage = _table(table, pinned), _table(layout.batch_coverage, pinned)
     covered = f"g.{time_column} >= c.range_start AND g.{time_column} < c.range_end"
     return (
         f"SELECT g.*, true AS final FROM {rows} g\n"
@@ -81,14 +91,14 @@ def _definitions_increments() -> str:
                      for name in DEFINITION_METRICS.fieldNames())
 
 
-def definitions_query(layout: Layout, catalog: Catalog) -> str:
+def definitions_query(layout: Layout, catalog: Catalog, pinned: Pinned | None = None) -> str:
     """The definitions view's SELECT: ``definition_metrics``' columns plus ``final``, only
     the rows of each definition's current version (its fingerprint)."""
     grouping = "\n  GROUP BY " + ", ".join(f"g.{key}" for key in DEFINITION_KEY)
     current = ", ".join(f"({_quoted(d.name)}, {_quoted(d.fingerprint)})"
                         for d in served(catalog)) or "(NULL, NULL)"
     layered = _layered_query(layout.definition_metrics, "window_start", layout,
-                             _definitions_increments(), grouping)
+                             _definitions_increments(), grouping, pinned=pinned)
     return f"SELECT * FROM (\n{layered}\n) WHERE (metric, fingerprint) IN ({current})"
 
 
@@ -107,11 +117,11 @@ def definitions_view(spark: SparkSession, layout: Layout, catalog: Catalog,
     return view
 
 
-def serving_query(layout: Layout) -> str:
+def serving_query(layout: Layout, pinned: Pinned | None = None) -> str:
     """The view's SELECT: gold's columns plus ``final``."""
     grouping = "\n  GROUP BY " + ", ".join(f"g.{key}" for key in METRIC_KEY)
     return _layered_query(layout.experiment_metrics, "window_start", layout,
-                          _summed_increments(), grouping)
+                          _summed_increments(), grouping, pinned=pinned)
 
 
 def create_view_statement(layout: Layout, name: str = VIEW_NAME) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from abstream.config import RunSettings
 from abstream.durations import spark_interval
 from abstream.errors import ComponentFailed, root_cause
+from abstream.periodic import backoff_seconds
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,7 @@ class Supervisor:
             failures.popleft()
         if is_permanent(cause) or len(failures) > self.settings.max_restarts:
             raise ComponentFailed(component, cause, len(failures)) from cause
-        delay = min(self.settings.restart_backoff.total_seconds() * 2 ** (len(failures) - 1),
-                    self.settings.restart_backoff_max.total_seconds())
+        delay = backoff_seconds(self.settings, len(failures))
         log.warning("%s failed: %s; restart %d of %d in %s (within %s)", component,
                     root_cause(cause), len(failures), self.settings.max_restarts,
                     f"{delay:.1f} s", spark_interval(self.settings.restart_window))

@@ -1,0 +1,296 @@
+"""Writing the serving view into the PostgreSQL serving store (``serving.store: postgres``).
+
+Each write brings the store from the Delta versions it holds (``store_progress``) to the
+tables' latest versions, in one transaction that also records what it covers:
+
+1. read the versions the store holds, without a lock, and the tables' latest versions
+   from their Delta logs (no Spark); equal: nothing to do;
+2. which windows changed: the span of ``window_start`` over the files that the gold
+   versions in between appended (from their statistics), or every window when a version
+   removed data (the batch layer replacing a range), the batch coverage or the catalog
+   changed, or the store holds nothing yet;
+3. the serving view at exactly those versions (Delta time travel), those windows only;
+4. one transaction: lock ``store_progress``; if it still holds the versions of step 1,
+   delete the store's rows of those windows, copy the view's in, record the new versions,
+   the writer and what it covers; if another writer got there first, start again (or stop,
+   when it wrote these versions or later).
+
+A write that is killed part way leaves the transaction uncommitted: the store keeps the
+versions of the last write, and the next write covers the same versions again. A write
+that is replayed finds its versions recorded and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from abstream.config import Config
+from abstream.io.deltalog import DeltaLogReader
+from abstream.io.postgres import (
+    PROGRESS,
+    PUBLICATION,
+    PUBLISHED,
+    SERVING,
+    WRITES,
+    Store,
+    StoreError,
+)
+from abstream.io.tables import COVERAGE_TABLE, DEFINITIONS_TABLE, METRICS_TABLE, ensure_table
+from abstream.layout import Layout
+from abstream.schemas import EXPERIMENT_RESULTS
+from abstream.serving.store_schema import VIEW_TABLES, ensure_schema
+from abstream.serving.view import definitions_query, serving_query
+from abstream.stages.definition_gold import served
+from abstream.times import from_micros
+
+log = logging.getLogger(__name__)
+
+GOLD = ("experiment_metrics", "definition_metrics")
+COVERAGE = "batch_coverage"
+#: Writes tried in a row when other writers keep getting there first.
+ATTEMPTS = 5
+#: Delta keeps a timestamp's statistics to the millisecond.
+_STATS_STEP = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What the store's tables equal: Delta versions by table (-1: no commit yet) and the
+    served definitions (name and fingerprint)."""
+
+    versions: Mapping[str, int]
+    catalog: str
+
+    def covers(self, other: Mark) -> bool:
+        """Whether this state is ``other`` or later."""
+        return self.catalog == other.catalog and all(
+            self.versions.get(name, -1) >= version for name, version in other.versions.items())
+
+
+#: The windows a write replaces: ``[start, end)`` of ``window_start``; None: all of them.
+Windows = tuple[datetime, datetime] | None
+
+
+@dataclass(frozen=True)
+class Written:
+    """One write: the state it brought the store to, the windows it replaced (empty: none
+    changed), the rows it wrote and how long it took."""
+
+    mark: Mark
+    windows: Windows | tuple[()]
+    rows: int
+    seconds: float
+    covers: dict[str, Any] = field(default_factory=dict)
+
+
+class StoreWriter:
+    """Writes the serving view of the tables under ``layout`` into the store, as
+    ``writer`` (``speed``: ``abstream run``; ``batch``: ``abstream batch``)."""
+
+    def __init__(self, spark: SparkSession, layout: Layout, config: Config, writer: str) -> None:
+        self.spark, self.layout, self.writer = spark, layout, writer
+        self.store = Store(config.serving.postgres)
+        self.catalog = config.metrics.catalog
+        self.paths = {"experiment_metrics": layout.experiment_metrics,
+                      "definition_metrics": layout.definition_metrics,
+                      COVERAGE: layout.batch_coverage}
+        self.readers = {name: DeltaLogReader(path, stats_column="window_start")
+                        for name, path in self.paths.items()}
+        self._tables_ready = self._schema_ready = False
+
+    def write(self, covers: Mapping[str, Any] | None = None) -> Written | None:
+        """Bring the store up to the Delta tables' latest versions; None when it was."""
+        try:
+            return self._write(covers)
+        except StoreError:
+            self._schema_ready = False
+            raise
+
+    def _write(self, covers: Mapping[str, Any] | None) -> Written | None:
+        for _ in range(ATTEMPTS):
+            began = time.monotonic()
+            held = self._held()
+            target = self._latest()
+            if held.covers(target):
+                return None
+            windows = self.changed_windows(held, target)
+            rows = self._view_rows(target, windows) if windows != () else {}
+            described = {**self._micro_batches(held, target), **(covers or {})}
+            written = self._commit(held, target, windows, rows, described)
+            if written is not None:
+                written = Written(target, windows, written, time.monotonic() - began, described)
+                log.info("serving store %s: wrote %d rows (%s) for versions %s in %.1f s",
+                         self.store.where, written.rows, _shown(windows),
+                         dict(target.versions), written.seconds)
+                return written
+        log.info("serving store %s: other writers kept writing; this write waits for the "
+                 "next round", self.store.where)
+        return None
+
+    def _held(self) -> Mark:
+        with self.store.connect() as connection:
+            if not self._schema_ready:
+                ensure_schema(connection, self.store)
+                self._schema_ready = True
+            row = connection.execute(
+                sql.SQL("SELECT versions, catalog FROM {} WHERE store = %s").format(
+                    self.store.table(PROGRESS)), (SERVING,)).fetchone()
+        return Mark(row[0], row[1])
+
+    def _latest(self) -> Mark:
+        if not self._tables_ready:
+            for spec in (METRICS_TABLE, DEFINITIONS_TABLE, COVERAGE_TABLE):
+                ensure_table(self.spark, spec, self.layout)
+            self._tables_ready = True
+        versions = {}
+        for name, reader in self.readers.items():
+            reader.refresh()
+            versions[name] = -1 if reader.latest_version is None else reader.latest_version
+        catalog = ",".join(f"{d.name}={d.fingerprint}" for d in served(self.catalog))
+        return Mark(versions, catalog)
+
+    def changed_windows(self, held: Mark, target: Mark) -> Windows | tuple[()]:
+        """The windows whose rows can differ between the two states: ``()`` none, None all."""
+        if held.catalog != target.catalog or not held.versions \
+                or held.versions.get(COVERAGE) != target.versions[COVERAGE]:
+            return None
+        spans: list[tuple[int, int]] = []
+        for name in GOLD:
+            reader, since = self.readers[name], held.versions.get(name, -1)
+            for number in range(since + 1, target.versions[name] + 1):
+                version = reader.versions.get(number)
+                if version is None or version.data_removed:
+                    return None
+                if version.is_data_change:
+                    if version.added_span is None:
+                        return None
+                    spans.append(version.added_span)
+        if not spans:
+            return ()
+        return (from_micros(min(s[0] for s in spans) * 1000),
+                from_micros(max(s[1] for s in spans) * 1000) + _STATS_STEP)
+
+    def _view_rows(self, target: Mark, windows: Windows) -> dict[str, list[tuple[Any, ...]]]:
+        self.spark.sparkContext.setJobDescription("serving store: the serving view")
+        pinned = {self.paths[name]: version for name, version in target.versions.items()}
+        views = {"experiment_metrics": self.spark.sql(serving_query(self.layout, pinned)),
+                 "definition_metrics": self.spark.sql(
+                     definitions_query(self.layout, self.catalog, pinned))}
+        return {name: _rows(view, windows, list(VIEW_TABLES[name][0].fieldNames()))
+                for name, view in views.items()}
+
+    def _micro_batches(self, held: Mark, target: Mark) -> dict[str, Any]:
+        """The streaming writers' micro-batches that the gold versions in between
+        committed, the newest per writer."""
+        batches: dict[str, int] = {}
+        for name in GOLD:
+            reader = self.readers[name]
+            for number in range(held.versions.get(name, -1) + 1, target.versions[name] + 1):
+                version = reader.versions.get(number)
+                if version is not None and version.micro_batch is not None:
+                    app, batch = version.micro_batch
+                    batches[app] = max(batches.get(app, -1), batch)
+        return {"micro_batches": batches} if batches else {}
+
+    def _commit(self, held: Mark, target: Mark, windows: Windows | tuple[()],
+                rows: Mapping[str, list[tuple[Any, ...]]], covers: Mapping[str, Any]
+                ) -> int | None:
+        """Write in one transaction; the rows written, or None when another writer changed
+        the store since ``held`` was read (and this write is stale, or must be computed
+        again)."""
+        store = self.store
+        with store.connect() as connection, connection.transaction():
+            locked = connection.execute(
+                sql.SQL("SELECT versions, catalog FROM {} WHERE store = %s FOR UPDATE").format(
+                    store.table(PROGRESS)), (SERVING,)).fetchone()
+            if Mark(locked[0], locked[1]) != held:
+                return None
+            count = 0
+            for name, table_rows in rows.items():
+                _delete(connection, store.table(name), windows)
+                count += _copy(connection, store.table(name),
+                               VIEW_TABLES[name][0].fieldNames(), table_rows)
+            start, end = windows if windows else (None, None)
+            connection.execute(
+                sql.SQL("UPDATE {} SET versions = %s, catalog = %s, writer = %s, covers = %s, "
+                        "written_at = now() WHERE store = %s").format(store.table(PROGRESS)),
+                (_json(target.versions), target.catalog, self.writer, _json(covers), SERVING))
+            connection.execute(
+                sql.SQL("INSERT INTO {} (writer, versions_before, versions, covers, "
+                        "windows_from, windows_until, rows_written) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s)").format(store.table(WRITES)),
+                (self.writer, _json(held.versions), _json(target.versions), _json(covers),
+                 start, end, count))
+            return count
+
+
+def _rows(view: DataFrame, windows: Windows, columns: list[str]) -> list[tuple[Any, ...]]:
+    if windows is not None:
+        start, end = windows
+        view = view.where((F.col("window_start") >= F.lit(start))
+                          & (F.col("window_start") < F.lit(end)))
+    table = view.select(*columns).toArrow()
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True)) \
+        if table.num_rows else []
+
+
+def _delete(connection: psycopg.Connection, table: sql.Composed, windows: Windows) -> None:
+    if windows is None:
+        connection.execute(sql.SQL("DELETE FROM {}").format(table))
+    else:
+        connection.execute(sql.SQL("DELETE FROM {} WHERE window_start >= %s "
+                                   "AND window_start < %s").format(table), windows)
+
+
+def _copy(connection: psycopg.Connection, table: sql.Composed, columns: list[str],
+          rows: list[tuple[Any, ...]]) -> int:
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        table, sql.SQL(", ").join(map(sql.Identifier, columns)))
+    with connection.cursor().copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
+    return len(rows)
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _shown(windows: Windows | tuple[()]) -> str:
+    if windows is None:
+        return "every window"
+    if windows == ():
+        return "no window changed"
+    return f"windows from {windows[0]:%Y-%m-%d %H:%M} to {windows[1]:%Y-%m-%d %H:%M}"
+
+
+def publish_results(store: Store, rows: list[dict[str, Any]], published_at: datetime) -> int:
+    """Replace the store's published results with ``rows`` (``report.publish.result_rows``)
+    and count its publication's version up, in one transaction; the new version."""
+    columns = EXPERIMENT_RESULTS.fieldNames()
+    with store.connect() as connection:
+        ensure_schema(connection, store)
+        with connection.transaction():
+            connection.execute(sql.SQL("SELECT version FROM {} WHERE store = %s FOR UPDATE")
+                               .format(store.table(PUBLICATION)), (SERVING,))
+            connection.execute(sql.SQL("DELETE FROM {}").format(store.table(PUBLISHED)))
+            _copy(connection, store.table(PUBLISHED), columns,
+                  [tuple(row.get(c) for c in columns) for row in rows])
+            version = connection.execute(
+                sql.SQL("UPDATE {} SET version = version + 1, published_at = %s "
+                        "WHERE store = %s RETURNING version").format(store.table(PUBLICATION)),
+                (published_at, SERVING)).fetchone()[0]
+    log.info("published %d result rows to the serving store %s (version %d)", len(rows),
+             store.where, version)
+    return int(version)

@@ -1,0 +1,87 @@
+"""When the serving store is written: by ``abstream run`` every
+``serving.postgres.write_every`` in a thread of the driver, beside the streaming queries;
+by ``run --once`` and ``abstream batch`` once, at the end.
+
+A write that fails (PostgreSQL down, a refused login, a statement that fails) is one line
+in the log and is tried again after ``run.restart_backoff``, doubled with each failure in
+a row up to ``run.restart_backoff_max``. The Delta tables are not held up meanwhile: the
+next write that succeeds brings the store up to them at once. ``run`` keeps trying for as
+long as it runs; ``run --once`` and ``batch`` as often as ``run.max_restarts`` allows, then
+fail with that line (their Delta tables are written; the next write catches the store up).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from abstream.config import Config
+from abstream.errors import AbstreamError, Interrupted, first_line
+from abstream.io.spark import SPARK_ERRORS
+from abstream.layout import Layout
+from abstream.periodic import Periodic, backoff_seconds
+from abstream.serving.store import StoreWriter, Written
+
+log = logging.getLogger(__name__)
+
+#: What a write can fail with and be tried again after.
+WRITE_ERRORS = (AbstreamError, *SPARK_ERRORS)
+
+
+class StoreSync:
+    """``abstream run``'s writes of the store, until stopped."""
+
+    def __init__(self, spark: SparkSession, layout: Layout, config: Config) -> None:
+        self.writer = StoreWriter(spark, layout, config, "speed")
+        self.settings = config.run
+        self.failures = 0
+        self.writes = 0
+        self._periodic = Periodic("serving-store", config.serving.postgres.write_every,
+                                  self.write_once)
+
+    def start(self) -> None:
+        self._periodic.start()
+
+    def stop(self) -> None:
+        self._periodic.stop()
+
+    def write_once(self) -> float | None:
+        """One write; the pause before the next when it failed."""
+        try:
+            written = self.writer.write()
+        except WRITE_ERRORS as exc:
+            self.failures += 1
+            delay = backoff_seconds(self.settings, self.failures)
+            log.warning("%s; trying again in %.1f s", first_line(exc), delay)
+            return delay
+        if self.failures:
+            log.info("serving store %s: caught up after %d failed write%s",
+                     self.writer.store.where, self.failures, "" if self.failures == 1 else "s")
+            self.failures = 0
+        self.writes += written is not None
+        return None
+
+
+def write_store(spark: SparkSession, layout: Layout, config: Config, writer: str, *,
+                covers: Mapping[str, Any] | None = None,
+                stop: threading.Event | None = None) -> Written | None:
+    """One write as ``writer``, tried again as ``run.max_restarts`` allows."""
+    store_writer = StoreWriter(spark, layout, config, writer)
+    stop = stop if stop is not None else threading.Event()
+    failures = 0
+    while True:
+        try:
+            return store_writer.write(covers)
+        except WRITE_ERRORS as exc:
+            failures += 1
+            if failures > config.run.max_restarts:
+                raise
+            delay = backoff_seconds(config.run, failures)
+            log.warning("%s; trying again in %.1f s (%d of %d)", first_line(exc), delay,
+                        failures, config.run.max_restarts)
+            if stop.wait(delay):
+                raise Interrupted("stopped before the serving store was written") from exc
