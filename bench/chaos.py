@@ -46,9 +46,13 @@ often is lost, one the chaos side holds more often is a duplicate):
 - the PostgreSQL serving store (``serving.store: postgres``; a throwaway server of Debian's
   ``postgresql``), which the chaos side's runs write every second while they are killed
   and its batch runs at their end: after the drain and again after ``batch --all``, each of
-  its two tables holds the chaos side's Delta serving view row for row, every column,
-  sketch bytes included. The result counts the kills that fell while a store transaction
-  was open (``kills_mid_store_write``).
+  its two tables holds the chaos side's Delta serving view row for row, every column, each
+  sketch by what it holds (an HLL sketch's estimate, a KLL sketch's count, minimum and
+  maximum: the same increments merged in another order give other bytes). The result
+  counts the kills that fell while a store transaction was open (``kills_mid_store_write``).
+  Once during the stream PostgreSQL itself is killed (SIGKILL) and started again some
+  seconds later (``--store-outage``): the runs go on writing Delta meanwhile
+  (``store_outage.gold_commits_during``) and the store catches up.
 
 The stream is shaped so that the speed layer's results do not depend on where micro-batches
 start and end, which is what makes a crash-free run the oracle: events arrive at most
@@ -91,11 +95,12 @@ from pathlib import Path
 from typing import Any
 
 from psycopg import sql
+from psycopg.rows import dict_row
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from tests import reference
-from tests.helpers import landing_records, totals
+from tests.helpers import comparable_view_row, landing_records, totals
 from tests.servers import free_port
 
 from abstream import schemas, topology
@@ -105,7 +110,7 @@ from abstream.config import Config, load_config
 from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
-from abstream.io.postgres import Store
+from abstream.io.postgres import Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
 from abstream.io.tables import (
     DEFINITIONS_TABLE,
@@ -163,6 +168,9 @@ class ChaosSettings:
     #: killed the moment a table's log folder appears), the others at a random moment of a
     #: restart's start-up (checkpoints, state and topics being read or made).
     startup_kills: int = 6
+    #: PostgreSQL is killed this many seconds into the stream, and started again this many
+    #: seconds later.
+    store_outage: tuple[float, float] = (60.0, 20.0)
 
 
 @dataclass
@@ -595,8 +603,10 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         generator = start_generator(chaos, settings, broker)
         log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
                  settings.source, f"{settings.events:,}", settings.rate, settings.kills)
+        outage, outage_seen = store_outage(postgres, chaos, *settings.store_outage)
         caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None,
                              lambda: store_write_open(store))
+        outage.join()
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {chaos.logs}")
         log.info("draining with abstream run --once")
@@ -640,6 +650,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         "kills_mid_batch": dict(caught.mid_batch),
         "kills_during_startup": len(caught.startup),
         "kills_mid_store_write": caught.mid_store_write,
+        "store_outage": outage_seen,
         "startup_kills": caught.startup,
         "batch_killed_mid_chunk": batch_killed,
         "records": len(lines),
@@ -679,11 +690,38 @@ def store_document(server: LocalPostgres) -> dict[str, Any]:
 
 
 def store_write_open(store: Store) -> bool:
-    """Whether one of abstream's connections has a transaction open in the store."""
-    with store.connect() as connection:
-        return bool(connection.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
-            "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
+    """Whether one of abstream's connections has a transaction open in the store (not
+    when the store is down)."""
+    try:
+        with store.connect() as connection:
+            return bool(connection.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
+                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
+    except StoreError:
+        return False
+
+
+def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
+                 ) -> tuple[threading.Thread, dict[str, Any]]:
+    """A thread that kills the store's server ``after`` seconds from now and starts it
+    again ``seconds`` later, and what it saw: the gold commits made meanwhile."""
+    seen: dict[str, Any] = {"after_seconds": after, "seconds": seconds}
+    gold = Path(side.layout.experiment_metrics)
+
+    def outage() -> None:
+        time.sleep(after)
+        before = len(_commits(gold))
+        server.kill()
+        log.info("the serving store's PostgreSQL killed (SIGKILL) for %.0f s", seconds)
+        time.sleep(seconds)
+        seen["gold_commits_during"] = len(_commits(gold)) - before
+        server.start()
+        log.info("the serving store's PostgreSQL started again; %d gold commits meanwhile",
+                 seen["gold_commits_during"])
+
+    thread = threading.Thread(target=outage, name="store-outage", daemon=True)
+    thread.start()
+    return thread, seen
 
 
 def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side: Side,
@@ -695,12 +733,12 @@ def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side:
     with store.connect() as connection:
         for name, view in views.items():
             columns = VIEW_TABLES[name][0].fieldNames()
-            delta = view.select(*columns).toArrow()
-            stored = connection.execute(sql.SQL("SELECT {} FROM {}").format(
-                sql.SQL(", ").join(map(sql.Identifier, columns)), store.table(name))).fetchall()
-            comparison.rows(f"{stage} serving store {name}",
-                            zip(*(delta.column(c).to_pylist() for c in columns), strict=True),
-                            map(tuple, stored))
+            delta = view.select(*columns).toArrow().to_pylist()
+            stored = connection.cursor(row_factory=dict_row).execute(
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(", ").join(map(sql.Identifier, columns)), store.table(name)))
+            comparison.rows(f"{stage} serving store {name}", map(comparable_view_row, delta),
+                            map(comparable_view_row, stored.fetchall()))
 
 
 def start_generator(side: Side, settings: ChaosSettings, broker: LocalBroker | None
@@ -742,6 +780,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=ChaosSettings.rate,
                         help="records per second")
     parser.add_argument("--seed", type=int, default=1, help="of the records and the kills")
+    parser.add_argument("--store-outage", type=float, nargs=2, default=ChaosSettings.store_outage,
+                        metavar=("AFTER", "SECONDS"),
+                        help="PostgreSQL killed AFTER seconds into the stream, for SECONDS")
     parser.add_argument("--startup-kills", type=int, default=ChaosSettings.startup_kills,
                         help="kills in a run's start-up, before its last component's first "
                              "micro-batch")
@@ -756,7 +797,8 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     settings = ChaosSettings(work=work, source=args.source, kills=args.kills,
                              events=args.events, rate=args.rate, seed=args.seed,
-                             wait=tuple(args.wait), startup_kills=args.startup_kills)
+                             wait=tuple(args.wait), startup_kills=args.startup_kills,
+                             store_outage=tuple(args.store_outage))
     result = run_chaos(settings)
     write_result(result, f"chaos-{args.source}")
     passed = result["lost_rows"] == result["duplicate_rows"] == result["mismatched_tables"] \

@@ -13,6 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
+import datasketches
 import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -231,3 +232,25 @@ def store_settings(server: LocalPostgres, schema: str, **settings: object) -> di
     """The ``serving`` section of a config writing the store of ``server`` into ``schema``."""
     return {"store": "postgres", "postgres": {"dsn": server.dsn, "password": server.password,
                                               "schema": schema, **settings}}
+
+
+#: The sketch columns of the serving views, by kind.
+HLL_SKETCHES = ("visitors_sketch", "units_sketch", "converted_sketch")
+KLL_SKETCHES = ("values_sketch",)
+
+
+def comparable_view_row(row: dict[str, object]) -> tuple[object, ...]:
+    """A serving view row (from Delta or the serving store) with each sketch as what it
+    holds: an HLL sketch's estimate, a KLL sketch's count, minimum and maximum. Merging the
+    same increments in another order gives other bytes for the same sketch."""
+    def held(column: str, value: object) -> object:
+        if not isinstance(value, bytes | memoryview) or not value:
+            return value
+        if column in HLL_SKETCHES:
+            return round(datasketches.hll_sketch.deserialize(bytes(value)).get_estimate(), 6)
+        if column in KLL_SKETCHES:
+            sketch = datasketches.kll_doubles_sketch.deserialize(bytes(value))
+            return (0,) if sketch.is_empty() else \
+                (sketch.n, sketch.get_min_value(), sketch.get_max_value())
+        return value
+    return tuple(held(column, value) for column, value in row.items())

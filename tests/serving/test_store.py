@@ -26,9 +26,7 @@ from abstream.serving.view import definitions_view, serving_view
 from abstream.speed import Context, pipeline_components
 from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
-from tests.helpers import make_config, store_settings, wait_until
-
-SKETCHES = ("visitors_sketch", "units_sketch", "converted_sketch", "values_sketch")
+from tests.helpers import comparable_view_row, make_config, store_settings, wait_until
 
 
 def _context(spark, tmp_path: Path, postgres, **serving: Any) -> Context:
@@ -79,9 +77,9 @@ def _differences(ctx: Context, store: Store) -> list[str]:
                 store.table(table))).fetchall(), table)
             found += [f"{table}: missing {key}" for key in delta.keys() - stored.keys()]
             found += [f"{table}: extra {key}" for key in stored.keys() - delta.keys()]
-            found += [f"{table}: {key} {column} {row[column]!r} != {stored[key][column]!r}"
+            found += [f"{table}: {key} {row} != {stored[key]}"
                       for key, row in delta.items() if key in stored
-                      for column in row if row[column] != stored[key][column]]
+                      if comparable_view_row(row) != comparable_view_row(stored[key])]
     return found
 
 
@@ -126,6 +124,8 @@ def test_the_layers_writes_equal_the_serving_view_and_a_stale_write_changes_noth
     total = _count(store, "experiment_metrics") + _count(store, "definition_metrics")
     assert 0 < second.rows < total
     assert second.covers["micro_batches"], "the speed layer's micro-batch ids are recorded"
+    landed = second.covers["input"]
+    assert landed["component"] == "ingest" and landed["offsets"][0]["logOffset"] >= 1
     assert _differences(ctx, store) == []
 
     # The same write again, computed before the other writer's committed: refused in its

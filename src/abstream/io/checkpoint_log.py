@@ -47,11 +47,17 @@ class CheckpointReader:
         newest = max(commits, key=lambda e: int(e.name))
         batch_id = int(newest.name)
         if self._last is None or self._last.batch_id != batch_id:
-            text = self.storage.read_text(self.storage.path("offsets", str(batch_id)))
-            lines = text.splitlines()[2:]
-            offsets = tuple(parse_offset(line) for line in lines)
-            self._last = Committed(batch_id, newest.mtime_ms, offsets)
+            self._last = Committed(batch_id, newest.mtime_ms, self.planned(batch_id) or ())
         return self._last
+
+    def planned(self, batch_id: int) -> tuple[dict | None, ...] | None:
+        """The end offsets planned for micro-batch ``batch_id``, one per source; None when
+        the checkpoint no longer (or not yet) has them."""
+        path = self.storage.path("offsets", str(batch_id))
+        if self.storage.entry(path) is None:
+            return None
+        lines = self.storage.read_text(path).splitlines()[2:]
+        return tuple(parse_offset(line) for line in lines)
 
     def file_source_index(self, folder: str) -> int | None:
         """Which of the query's sources (``sources/<i>``) is a file source over ``folder``."""

@@ -35,7 +35,9 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from abstream import topology
 from abstream.config import Config
+from abstream.io.checkpoint_log import CheckpointReader
 from abstream.io.deltalog import DeltaLogReader
 from abstream.io.postgres import (
     PROGRESS,
@@ -53,6 +55,7 @@ from abstream.serving.store_schema import VIEW_TABLES, ensure_schema
 from abstream.serving.view import definitions_query, serving_query
 from abstream.stages.definition_gold import served
 from abstream.times import from_micros
+from abstream.topology import writer_of
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,8 @@ class StoreWriter:
                       COVERAGE: layout.batch_coverage}
         self.readers = {name: DeltaLogReader(path, stats_column="window_start")
                         for name, path in self.paths.items()}
+        self.source = config.source
+        self.bronze = DeltaLogReader(layout.events)
         self._tables_ready = self._schema_ready = False
 
     def write(self, covers: Mapping[str, Any] | None = None) -> Written | None:
@@ -126,7 +131,9 @@ class StoreWriter:
                 return None
             windows = self.changed_windows(held, target)
             rows = self._view_rows(target, windows) if windows != () else {}
-            described = {**self._micro_batches(held, target), **(covers or {})}
+            batches = self._micro_batches(held, target)
+            described = {**({"micro_batches": batches} if batches else {}),
+                         **self._input_offsets(batches), **(covers or {})}
             written = self._commit(held, target, windows, rows, described)
             if written is not None:
                 written = Written(target, windows, written, time.monotonic() - began, described)
@@ -190,7 +197,7 @@ class StoreWriter:
         return {name: _rows(view, windows, list(VIEW_TABLES[name][0].fieldNames()))
                 for name, view in views.items()}
 
-    def _micro_batches(self, held: Mark, target: Mark) -> dict[str, Any]:
+    def _micro_batches(self, held: Mark, target: Mark) -> dict[str, int]:
         """The streaming writers' micro-batches that the gold versions in between
         committed, the newest per writer."""
         batches: dict[str, int] = {}
@@ -201,7 +208,35 @@ class StoreWriter:
                 if version is not None and version.micro_batch is not None:
                     app, batch = version.micro_batch
                     batches[app] = max(batches.get(app, -1), batch)
-        return {"micro_batches": batches} if batches else {}
+        return batches
+
+    def _input_offsets(self, batches: Mapping[str, int]) -> dict[str, Any]:
+        """The offsets of the pipeline's input (Kafka's topic partitions, or the landing
+        folder's file log) that the newest covered gold was computed through: the gold
+        writer's micro-batch read bronze up to a version, whose commit names the bronze
+        writer's micro-batch, whose planned offsets these are. Empty when a link is gone
+        (an old checkpoint entry, a bronze commit without a marker)."""
+        gold_writer = writer_of(topology.EXPERIMENT_METRICS, self.source).name
+        bronze_writer = writer_of(topology.EVENTS, self.source).name
+        batch = next((b for w, b in batches.items() if w.startswith(f"abstream-{gold_writer}-")),
+                     None)
+        read = None if batch is None else CheckpointReader(
+            self.layout.checkpoint(gold_writer)).planned(batch)
+        bronze = next((o for o in read or () if o and "reservoirVersion" in o), None)
+        if bronze is None:
+            return {}
+        through = int(bronze["reservoirVersion"]) - (int(bronze.get("index", -1)) < 0)
+        self.bronze.refresh()
+        marker = next((v.micro_batch for n in range(through, -1, -1)
+                       if (v := self.bronze.versions.get(n)) is not None
+                       and v.micro_batch is not None
+                       and v.micro_batch[0].startswith(f"abstream-{bronze_writer}-")), None)
+        offsets = None if marker is None else CheckpointReader(
+            self.layout.checkpoint(bronze_writer)).planned(marker[1])
+        if offsets is None:
+            return {}
+        return {"input": {"component": bronze_writer, "micro_batch": marker[1],
+                          "bronze_version": through, "offsets": list(offsets)}}
 
     def _commit(self, held: Mark, target: Mark, windows: Windows | tuple[()],
                 rows: Mapping[str, list[tuple[Any, ...]]], covers: Mapping[str, Any]

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
+from abstream.config import ServingSettings
 from abstream.errors import UsageError
 from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
 from abstream.io.kafka.topics import ensure_topics
@@ -17,6 +18,7 @@ from abstream.io.tables import (
     EVENTS_TABLE,
     read_table,
 )
+from abstream.serving.store import StoreWriter
 from abstream.speed import COMPONENTS, pipeline_components
 from abstream.speed.runner import run_continuously, run_once
 from tests.helpers import (
@@ -24,12 +26,14 @@ from tests.helpers import (
     beacon,
     dumps,
     landing_records,
+    store_settings,
     wait_until,
 )
 from tests.io.kafka.kafka_helpers import header, kafka_context, produce_lines, read_topic
 
 
-def test_the_kafka_path_matches_the_reference_on_generated_data(ctx, kafka_broker, tmp_path):
+def test_the_kafka_path_matches_the_reference_on_generated_data(ctx, kafka_broker, tmp_path,
+                                                                 postgres):
     ctx = kafka_context(ctx, kafka_broker, "pipeline")
     kafka = ctx.config.kafka
     settings = GeneratorSettings(events=4_000, seed=12, late_rate=0.0, malformed_rate=0.01)
@@ -43,6 +47,17 @@ def test_the_kafka_path_matches_the_reference_on_generated_data(ctx, kafka_broke
     assert bronze.where(~F.col("source_file").startswith(f"kafka://{kafka.topic}/0/")).count() \
         == 0
     assert_speed_layer_matches_reference(ctx, lines)
+
+    # The serving store's write records the Kafka offsets its gold was computed through:
+    # archive's, which read the valid and refused topics to their ends.
+    config = ctx.config.model_copy(update={"serving": ServingSettings.model_validate(
+        store_settings(postgres, "kafka_path"))})
+    written = StoreWriter(ctx.spark, ctx.layout, config, "speed").write()
+    assert written is not None and written.covers["input"]["component"] == "archive"
+    offsets = {topic: partitions for planned in written.covers["input"]["offsets"]
+               if planned for topic, partitions in planned.items()}
+    assert offsets[kafka.valid_topic] == {"0": len(read_topic(
+        kafka.bootstrap_servers, kafka.valid_topic))}
 
 
 @pytest.mark.parametrize("mode", ["microbatch", "async", "realtime"])
