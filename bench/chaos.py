@@ -171,6 +171,8 @@ class ChaosSettings:
     #: PostgreSQL is killed this many seconds into the stream, and started again this many
     #: seconds later.
     store_outage: tuple[float, float] = (60.0, 20.0)
+    #: How often the chaos side's runs write the serving store.
+    store_write_every: str = "1 second"
 
 
 @dataclass
@@ -597,7 +599,8 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
     rng = random.Random(settings.seed)
     settings.work.mkdir(parents=True, exist_ok=True)
     with kafka_broker(settings) as broker, postgres_server() as postgres:
-        chaos = Side("chaos", settings.work, settings.source, broker, store_document(postgres))
+        chaos = Side("chaos", settings.work, settings.source, broker,
+                     store_document(postgres, settings.store_write_every))
         crash_free = Side("crash-free", settings.work, settings.source, broker)
         store = Store(chaos.config.serving.postgres)
         generator = start_generator(chaos, settings, broker)
@@ -682,11 +685,11 @@ def postgres_server() -> Iterator[LocalPostgres]:
         server.remove()
 
 
-def store_document(server: LocalPostgres) -> dict[str, Any]:
-    """The chaos side's ``serving`` settings: the store written every second."""
+def store_document(server: LocalPostgres, write_every: str) -> dict[str, Any]:
+    """The chaos side's ``serving`` settings: the store written every ``write_every``."""
     return {"store": "postgres", "postgres": {
         "dsn": server.dsn, "password": "${" + STORE_PASSWORD + "}", "schema": "chaos",
-        "write_every": "1 second"}}
+        "write_every": write_every}}
 
 
 def store_write_open(store: Store) -> bool:

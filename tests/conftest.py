@@ -26,6 +26,12 @@ from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests first: `make test`'s processes take modules in this order,
+    so the longest start early and short ones fill the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = spark_session(make_config(Path("unused")).spark)

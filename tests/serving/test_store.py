@@ -1,6 +1,7 @@
 """The PostgreSQL serving store against a real server: what the speed and batch layers
 write equals the Delta serving view, changed windows only, a stale or replayed write
-changes nothing, and a store that is down or refuses the login is one line."""
+changes nothing, a store that is down or refuses the login is one line, and a run's writes
+catch the store up when it returns."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from psycopg import sql
 
 from abstream.batch.layer import BatchRequest, run_batch
-from abstream.config import RunSettings, ServingSettings
+from abstream.config import ServingSettings
 from abstream.generator.write import DEFAULT_START, GeneratorSettings, generate
 from abstream.io.postgres import PROGRESS, WRITES, Store, StoreError, configured_store
+from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
 from abstream.serving.store import StoreWriter
 from abstream.serving.store_schema import VIEW_TABLES
@@ -96,8 +98,8 @@ def _progress(store: Store) -> dict[str, Any]:
             store.table(PROGRESS))).fetchone()
 
 
-def test_the_layers_writes_equal_the_serving_view_and_a_stale_write_changes_nothing(
-        spark, tmp_path, postgres, listening):
+def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_catches_up(
+        spark, tmp_path, postgres, listening, caplog):
     ctx = listening(_context(spark, tmp_path, postgres))
     store = configured_store(ctx.config)
     components = pipeline_components(ctx.config)
@@ -145,6 +147,36 @@ def test_the_layers_writes_equal_the_serving_view_and_a_stale_write_changes_noth
     assert progress["writer"] == "batch" and progress["covers"]["batch_ranges"]
     assert _count(store, WRITES) == 3
 
+    # abstream run's writes while PostgreSQL is down: one line each, tried again after a
+    # pause, and the store caught up once it is back.
+    with caplog.at_level(logging.INFO):
+        _catch_up(spark, ctx)
+    refused = [r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING and r.name == "abstream.serving.store_sync"]
+    assert len(refused) >= 2
+    assert all("\n" not in line and "Connection refused" in line for line in refused)
+    assert "caught up after" in caplog.text
+
+
+def _catch_up(spark, ctx: Context) -> None:
+    """A run's store writes into a server that is down, then started: the store (empty at
+    first) ends equal to the view."""
+    server = LocalPostgres("another-s3cret")
+    try:
+        config = ctx.config.model_copy(update={"serving": ServingSettings.model_validate(
+            store_settings(server, "catching_up", write_every="0.5 s"))})
+        sync = StoreSync(spark, ctx.layout, config)
+        sync.start()
+        try:
+            wait_until(lambda: sync.failures >= 2, "two failed writes", timeout=60)
+            server.start()
+            wait_until(lambda: sync.writes >= 1, "a write", timeout=120)
+        finally:
+            sync.stop()
+        assert _differences(ctx, configured_store(config)) == []
+    finally:
+        server.remove()
+
 
 def test_a_store_that_is_down_or_refuses_the_password_is_one_line(spark, tmp_path, postgres,
                                                                     caplog):
@@ -162,32 +194,3 @@ def test_a_store_that_is_down_or_refuses_the_password_is_one_line(spark, tmp_pat
             "run": ctx.config.run.model_copy(update={"max_restarts": 1})}), "speed")
     assert "Connection refused" in str(down.value) and "\n" not in str(down.value)
     assert "trying again in 0.2 s (1 of 1)" in caplog.text
-
-
-def test_abstream_run_s_writes_catch_the_store_up_when_postgresql_returns(spark, served,
-                                                                         caplog):
-    from abstream.io.postgres_local import LocalPostgres
-
-    server = LocalPostgres("another-s3cret")
-    try:
-        config = served.ctx.config.model_copy(update={
-            "serving": ServingSettings.model_validate(
-                store_settings(server, "catching_up", write_every="0.5 s")),
-            "run": RunSettings(restart_backoff="0.2 s", restart_backoff_max="1 s")})
-        ctx = Context(spark, config, served.ctx.layout, RunStats())
-        sync = StoreSync(spark, ctx.layout, config)
-        with caplog.at_level(logging.INFO):
-            sync.start()
-            try:
-                wait_until(lambda: sync.failures >= 2, "two failed writes", timeout=60)
-                server.start()
-                wait_until(lambda: sync.writes >= 1, "a write", timeout=120)
-            finally:
-                sync.stop()
-        assert _differences(ctx, configured_store(config)) == []
-        refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(refused) >= 2
-        assert all("\n" not in line and "Connection refused" in line for line in refused)
-        assert "caught up after" in caplog.text
-    finally:
-        server.remove()
