@@ -49,7 +49,8 @@ often is lost, one the chaos side holds more often is a duplicate):
   its two tables holds the chaos side's Delta serving view row for row, every column, each
   sketch by what it holds (an HLL sketch's estimate, a KLL sketch's count, minimum and
   maximum: the same increments merged in another order give other bytes). The result
-  counts the kills that fell while a store transaction was open (``kills_mid_store_write``).
+  counts the kills that fell while a store transaction was open (``kills_mid_store_write``);
+  ``--store-kills`` of them are aimed there: the run is killed the moment one is.
   Once during the stream PostgreSQL itself is killed (SIGKILL) and started again some
   seconds later (``--store-outage``): the runs go on writing Delta meanwhile
   (``store_outage.gold_commits_during``) and the store catches up.
@@ -94,6 +95,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -171,6 +173,9 @@ class ChaosSettings:
     #: PostgreSQL is killed this many seconds into the stream, and started again this many
     #: seconds later.
     store_outage: tuple[float, float] = (60.0, 20.0)
+    #: Kills aimed at a serving-store transaction: the run is killed the moment one of its
+    #: store writes has a transaction open (after the kills in start-up).
+    store_kills: int = 4
     #: How often the chaos side's runs write the serving store.
     store_write_every: str = "1 second"
 
@@ -355,6 +360,8 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
         started = running(side, process, STARTING if generating() else IDLE_START)
         wait = rng.uniform(*settings.wait)
         try:
+            if caught.mid_store_write < settings.store_kills:
+                wait = until_store_write(process, writing_store)
             process.wait(wait)
         except subprocess.TimeoutExpired:
             storing = writing_store()
@@ -607,8 +614,9 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
                  settings.source, f"{settings.events:,}", settings.rate, settings.kills)
         outage, outage_seen = store_outage(postgres, chaos, *settings.store_outage)
-        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None,
-                             lambda: store_write_open(store))
+        probe = StoreProbe(store)
+        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None, probe)
+        probe.close()
         outage.join()
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {chaos.logs}")
@@ -668,6 +676,8 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
     }
 
 
+#: How long a kill aimed at a store transaction waits for one.
+STORE_WRITE_WAIT = 90.0
 #: The variable the chaos side's config takes the store's password from.
 STORE_PASSWORD = "ABSTREAM_CHAOS_STORE_PASSWORD"
 
@@ -692,16 +702,30 @@ def store_document(server: LocalPostgres, write_every: str) -> dict[str, Any]:
         "write_every": write_every}}
 
 
-def store_write_open(store: Store) -> bool:
-    """Whether one of abstream's connections has a transaction open in the store (not
-    when the store is down)."""
-    try:
-        with store.connect() as connection:
-            return bool(connection.execute(
+class StoreProbe:
+    """Whether one of abstream's connections has a transaction open in the store, over a
+    connection of its own (False while the store is down)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.connection: psycopg.Connection | None = None
+
+    def __call__(self) -> bool:
+        try:
+            if self.connection is None or self.connection.closed:
+                self.connection = self.store.open()
+                self.connection.autocommit = True
+            return bool(self.connection.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
                 "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
-    except StoreError:
-        return False
+        except (StoreError, psycopg.Error):
+            self.close()
+            return False
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.connection = None
 
 
 def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
@@ -725,6 +749,17 @@ def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
     thread = threading.Thread(target=outage, name="store-outage", daemon=True)
     thread.start()
     return thread, seen
+
+
+def until_store_write(process: subprocess.Popen[str], writing_store: Callable[[], bool],
+                      timeout: float = STORE_WRITE_WAIT) -> float:
+    """Poll until ``process`` has a store transaction open, or ``timeout``; the seconds
+    left to wait before the kill: none."""
+    began = time.monotonic()
+    while process.poll() is None and time.monotonic() - began < timeout \
+            and not writing_store():
+        time.sleep(0.002)
+    return 0.0
 
 
 def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side: Side,
@@ -786,6 +821,8 @@ def main() -> int:
     parser.add_argument("--store-outage", type=float, nargs=2, default=ChaosSettings.store_outage,
                         metavar=("AFTER", "SECONDS"),
                         help="PostgreSQL killed AFTER seconds into the stream, for SECONDS")
+    parser.add_argument("--store-kills", type=int, default=ChaosSettings.store_kills,
+                        help="kills the moment a run's serving-store transaction is open")
     parser.add_argument("--startup-kills", type=int, default=ChaosSettings.startup_kills,
                         help="kills in a run's start-up, before its last component's first "
                              "micro-batch")
@@ -801,7 +838,8 @@ def main() -> int:
     settings = ChaosSettings(work=work, source=args.source, kills=args.kills,
                              events=args.events, rate=args.rate, seed=args.seed,
                              wait=tuple(args.wait), startup_kills=args.startup_kills,
-                             store_outage=tuple(args.store_outage))
+                             store_outage=tuple(args.store_outage),
+                             store_kills=args.store_kills)
     result = run_chaos(settings)
     write_result(result, f"chaos-{args.source}")
     passed = result["lost_rows"] == result["duplicate_rows"] == result["mismatched_tables"] \

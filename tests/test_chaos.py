@@ -17,7 +17,7 @@ def test_kill_9_of_the_speed_and_batch_layers_loses_and_duplicates_nothing(
         spark: SparkSession, tmp_path: Path) -> None:
     result = run_chaos(ChaosSettings(work=tmp_path, kills=3, events=1_200, rate=25.0,
                                      wait=(0.0, 6.0), startup_kills=1, store_outage=(5.0, 8.0),
-                                     store_write_every="3 seconds"))
+                                     store_write_every="3 seconds", store_kills=1))
     assert result["kills"] == 3
     assert result["kills_during_startup"] == 1, "the first start is killed creating bronze"
     assert result["startup_kills"][0]["aimed_at"] == "creating events"
@@ -25,6 +25,7 @@ def test_kill_9_of_the_speed_and_batch_layers_loses_and_duplicates_nothing(
     assert result["late_rows_dropped_crash_free"] == 0, "the stream is shaped for no drops"
     assert len(result["tables"]) == 19, "every table of both layers, the serving view and store"
     assert "gold_commits_during" in result["store_outage"], "PostgreSQL was down a while"
+    assert result["kills_mid_store_write"] >= 1, "a kill aimed at an open store transaction"
     failed = {name: table for name, table in result["tables"].items()
               if table["lost"] or table["duplicate"]}
     assert not failed
