@@ -106,21 +106,24 @@ class StoredResults:
             self._connection.autocommit = True
         connection = self._connection
         try:
-            row = connection.execute(sql.SQL("SELECT version FROM {} WHERE store = %s").format(
-                self.store.table(PUBLICATION)), (SERVING,)).fetchone()
+            with connection.cursor(row_factory=dict_row) as cursor:
+                version = self._version(cursor)
         except psycopg.errors.UndefinedTable:
             return Published(None, {})
-        version = None if row is None or not row[0] else int(row[0])
         if version != self._published.version:
             with connection.transaction(), connection.cursor(row_factory=dict_row) as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                version = int(cursor.execute(sql.SQL("SELECT version FROM {} WHERE store = %s")
-                                             .format(self.store.table(PUBLICATION)),
-                                             (SERVING,)).fetchone()["version"])
+                version = self._version(cursor)
                 rows = cursor.execute(sql.SQL("SELECT * FROM {}").format(
                     self.store.table(PUBLISHED))).fetchall()
             self._published = Published(version, _entries(rows))
         return self._published
+
+    def _version(self, cursor: psycopg.Cursor[dict[str, Any]]) -> int | None:
+        """The publication's version, None before the first publish."""
+        row = cursor.execute(sql.SQL("SELECT version FROM {} WHERE store = %s").format(
+            self.store.table(PUBLICATION)), (SERVING,)).fetchone()
+        return int(row["version"]) if row and row["version"] else None
 
     def _close(self) -> None:
         if self._connection is not None:

@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -94,7 +94,7 @@ class Written:
     windows: Windows | tuple[()]
     rows: int
     seconds: float
-    covers: dict[str, Any] = field(default_factory=dict)
+    covers: dict[str, Any]
 
 
 class StoreWriter:
