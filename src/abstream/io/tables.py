@@ -93,8 +93,11 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
     try:
         builder.execute()
     except Exception:
-        # Another process or query created it at the same moment: fine if it exists now.
-        if not DeltaTable.isDeltaTable(spark, path):
+        # Another query or process creating it at the same moment fails this creation: fine
+        # once that one is done. Whether it is, the log's files tell: Delta can answer from
+        # a log it cached before the other commit.
+        _clear_interrupted_creation(spark, spec, path)
+        if not _committed(HadoopFiles(spark, path).names(posixpath.join(path, "_delta_log"))):
             raise
     return path
 
