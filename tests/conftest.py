@@ -4,6 +4,8 @@ that several modules compare their own runs with, and a small run with its repor
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,15 +61,25 @@ BEACONS = GeneratorSettings(events=800, seed=31, malformed_rate=0.0, late_rate=0
 
 
 @pytest.fixture(scope="session")
-def beacons_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Context:
+def beacons_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
+                worker_id: str) -> Context:
     """``run --once`` and ``batch --all`` with the default config over generated beacons
     (``BEACONS``): the run that tests of other runs over the same lines compare theirs
-    with. Its tables are shared: read them, write nothing to its data dir."""
-    data = tmp_path_factory.mktemp("beacons") / "data"
+    with. Made once for all of `make test`'s processes (the first to need it makes it, the
+    others wait for it). Its tables are shared: read them, write nothing to its data dir."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base
+    data = shared / "beacons" / "data"
     context = Context(spark, make_config(data), Layout.of(data), RunStats())
-    generate(BEACONS, Path(context.layout.landing))
-    run_once(context, pipeline_components(context.config))
-    run_batch(context, BatchRequest("all"))
+    with open(shared / "beacons.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = shared / "beacons" / "made"
+        if not made.exists():
+            shutil.rmtree(shared / "beacons", ignore_errors=True)
+            generate(BEACONS, Path(context.layout.landing))
+            run_once(context, pipeline_components(context.config))
+            run_batch(context, BatchRequest("all"))
+            made.touch()
     return context
 
 
