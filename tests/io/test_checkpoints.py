@@ -4,6 +4,7 @@ written twice."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,45 @@ def test_a_damaged_plan_of_a_committed_batch_is_refused_with_one_line(spark, tmp
     with pytest.raises(UsageError, match=r"^ingest: checkpoint entry .*/offsets/1 is damaged, "
                                          r"yet its micro-batch was committed; restore"):
         prepare_checkpoint(spark, "ingest", str(checkpoint), [])
+
+
+def _half_written_first_plan(checkpoint: Path) -> None:
+    """As a kill while Spark writes ``offsets/0`` under its temporary name leaves it."""
+    offsets = checkpoint / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.0c870e4b-c72f-48ff-bd71-436c41be7da6.tmp").write_text('v1\n{"batchWat')
+    (offsets / "..0.0c870e4b-c72f-48ff-bd71-436c41be7da6.tmp.crc").write_bytes(b"crc\0")
+
+
+def _torn_first_plan(checkpoint: Path) -> None:
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text('v1\n{"batchWat')
+
+
+@pytest.mark.parametrize("interrupted", [_half_written_first_plan, _torn_first_plan],
+                         ids=["temporary file", "torn"])
+def test_a_first_plan_a_crash_interrupted_is_planned_anew(ctx, caplog, interrupted):
+    """Spark refuses to start a query whose logs are not empty before its first
+    micro-batch: what the crash left is removed, with one line saying so."""
+    checkpoint = Path(ctx.layout.checkpoint("ingest"))
+    interrupted(checkpoint)
+    _land(ctx, "a", 3)
+    with caplog.at_level(logging.WARNING, logger="abstream.io.checkpoints"):
+        run_once(ctx, INGEST)
+    assert _bronze(ctx) == 3
+    assert sorted(p.name for p in (checkpoint / "offsets").iterdir()) == [".0.crc", "0"]
+    assert [r.getMessage().split(";")[0] for r in caplog.records
+            if "first micro-batch" in r.getMessage()] == [
+        "ingest: its first micro-batch's plan was interrupted (a crash)"]
+
+
+def test_a_log_that_planned_nothing_yet_holds_commits_is_refused_and_kept(spark, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    _half_written_first_plan(checkpoint)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    before = sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*"))
+    with pytest.raises(UsageError, match=r"^ingest: checkpoint .* has planned no micro-batch, "
+                                         r"yet holds .*/commits/0; restore"):
+        prepare_checkpoint(spark, "ingest", str(checkpoint), [])
+    assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before

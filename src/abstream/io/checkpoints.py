@@ -1,6 +1,6 @@
 """A component's checkpoint made safe to resume from before its query starts.
 
-Two kinds of damage are mended, and anything else is refused with one line:
+Three kinds of damage are mended, and anything else is refused with one line:
 
 - A torn last entry of ``offsets/`` or ``commits/`` (a crash or a full disk mid-write on a
   store without atomic renames) is set aside as ``N.torn``: a torn plan is planned again,
@@ -10,6 +10,10 @@ Two kinds of damage are mended, and anything else is refused with one line:
   a new writer identity (``sinks.writer_id``): the replay of a micro-batch already written
   would be written again. The id is restored from the newest commit the component made to
   its output tables.
+- A first micro-batch whose plan was never written whole (a crash while Spark wrote
+  ``offsets/0`` under its temporary name, or a torn ``offsets/0``) leaves files in a log
+  Spark requires empty at a query's first start: they are removed, and the first
+  micro-batch is planned anew.
 """
 
 from __future__ import annotations
@@ -40,8 +44,37 @@ def prepare_checkpoint(spark: SparkSession, component: str, location: str,
     files = HadoopFiles(spark, location)
     _set_aside_torn_entry(files, location, component, "commits")
     planned = _set_aside_torn_entry(files, location, component, "offsets")
-    if planned and not files.exists(posixpath.join(location, "metadata")):
+    if not planned:
+        _clear_unplanned_start(files, location, component)
+    elif not files.exists(posixpath.join(location, "metadata")):
         _restore_identity(spark, files, location, component, outputs)
+
+
+#: What a crash during the first plan leaves in a log: Spark's temporary files and their
+#: checksums (hidden names), and a torn first entry set aside.
+_LEFT_BY_A_CRASH = re.compile(r"^\..*|^\d+\.torn$")
+#: The folders Spark requires empty when a query starts its first micro-batch.
+_EMPTY_AT_FIRST_START = ("offsets", "commits", "state")
+
+
+def _clear_unplanned_start(files: HadoopFiles, location: str, component: str) -> None:
+    """Remove what a crash during the first plan left in a checkpoint that planned no
+    micro-batch; refuse anything else there (it is no crash's)."""
+    left = [posixpath.join(location, kind, name) for kind in _EMPTY_AT_FIRST_START
+            for name in sorted(files.names(posixpath.join(location, kind)))]
+    other = [path for path in left if not _LEFT_BY_A_CRASH.match(posixpath.basename(path))
+             or path.startswith(posixpath.join(location, "state", ""))]
+    if other:
+        raise UsageError(f"{component}: checkpoint {location} has planned no micro-batch, yet "
+                         f"holds {', '.join(other[:3])}{', ...' if len(other) > 3 else ''}; "
+                         f"restore the checkpoint from a backup, or delete {location} to "
+                         "process all input again")
+    for path in left:
+        files.delete(path, recursive=False)
+    if left:
+        log.warning("%s: its first micro-batch's plan was interrupted (a crash); removed %s, "
+                    "the first micro-batch is planned anew", component,
+                    ", ".join(posixpath.relpath(path, location) for path in left))
 
 
 def _set_aside_torn_entry(files: HadoopFiles, location: str, component: str,
