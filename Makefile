@@ -53,7 +53,7 @@ demo: $(STAMP) jars
 	$(BIN)/abstream demo $(ARGS)
 
 test: $(STAMP) jars lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) jars
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

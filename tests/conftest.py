@@ -29,7 +29,8 @@ from tests.servers import free_port
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow end-to-end tests first: `make test`'s processes take modules in this order,
+    """The slow end-to-end tests first: `make test`'s processes take modules in this order
+    (``--no-loadscope-reorder``: else pytest-xdist orders them by their number of tests),
     so the longest start early and short ones fill the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
