@@ -27,12 +27,19 @@ from tests.helpers import DIMENSIONS, POSTGRES_PASSWORD, make_config
 from tests.io.kafka.kafka_helpers import SASL_PASSWORD, SASL_USER
 from tests.servers import free_port
 
+#: Session fixtures that are whole pipeline runs, made before their first test.
+SHARED_RUNS = ("beacons_run", "served")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow end-to-end tests first: `make test`'s processes take modules in this order
-    (``--no-loadscope-reorder``: else pytest-xdist orders them by their number of tests),
-    so the longest start early and short ones fill the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The slow end-to-end tests first, then the modules that use a shared run: `make
+    test`'s processes take modules in this order (``--no-loadscope-reorder``: else
+    pytest-xdist orders them by their number of tests), so the longest start early and
+    short ones fill the end."""
+    heavy = {item.path for item in items
+             if any(name in item.fixturenames for name in SHARED_RUNS)}
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.path not in heavy))
 
 
 @pytest.fixture(scope="session")
