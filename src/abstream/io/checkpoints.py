@@ -50,8 +50,9 @@ def prepare_checkpoint(spark: SparkSession, component: str, location: str,
         _restore_identity(spark, files, location, component, outputs)
 
 
-#: What a crash during the first plan leaves in a log: Spark's temporary files and their
-#: checksums (hidden names), and a torn first entry set aside.
+#: What a crash during the first plan leaves in ``offsets/`` or ``commits/``: Spark's
+#: temporary files and their checksums (hidden names), and a torn first entry set aside.
+#: Nothing in ``state/`` is: state is written only once a plan is.
 _LEFT_BY_A_CRASH = re.compile(r"^\..*|^\d+\.torn$")
 #: The folders Spark requires empty when a query starts its first micro-batch.
 _EMPTY_AT_FIRST_START = ("offsets", "commits", "state")
@@ -60,21 +61,21 @@ _EMPTY_AT_FIRST_START = ("offsets", "commits", "state")
 def _clear_unplanned_start(files: HadoopFiles, location: str, component: str) -> None:
     """Remove what a crash during the first plan left in a checkpoint that planned no
     micro-batch; refuse anything else there (it is no crash's)."""
-    left = [posixpath.join(location, kind, name) for kind in _EMPTY_AT_FIRST_START
-            for name in sorted(files.names(posixpath.join(location, kind)))]
-    other = [path for path in left if not _LEFT_BY_A_CRASH.match(posixpath.basename(path))
-             or path.startswith(posixpath.join(location, "state", ""))]
+    found = [(kind, name) for kind in _EMPTY_AT_FIRST_START
+             for name in sorted(files.names(posixpath.join(location, kind)))]
+    other = [posixpath.join(location, kind, name) for kind, name in found
+             if kind == "state" or not _LEFT_BY_A_CRASH.match(name)]
     if other:
         raise UsageError(f"{component}: checkpoint {location} has planned no micro-batch, yet "
                          f"holds {', '.join(other[:3])}{', ...' if len(other) > 3 else ''}; "
                          f"restore the checkpoint from a backup, or delete {location} to "
                          "process all input again")
-    for path in left:
-        files.delete(path, recursive=False)
-    if left:
+    for kind, name in found:
+        files.delete(posixpath.join(location, kind, name), recursive=False)
+    if found:
         log.warning("%s: its first micro-batch's plan was interrupted (a crash); removed %s, "
                     "the first micro-batch is planned anew", component,
-                    ", ".join(posixpath.relpath(path, location) for path in left))
+                    ", ".join(f"{kind}/{name}" for kind, name in found))
 
 
 def _set_aside_torn_entry(files: HadoopFiles, location: str, component: str,
