@@ -95,7 +95,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -112,7 +111,7 @@ from abstream.config import Config, load_config
 from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
-from abstream.io.postgres import Store, StoreError
+from abstream.io.postgres import KeptConnection, Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
 from abstream.io.tables import (
     DEFINITIONS_TABLE,
@@ -361,7 +360,8 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
         wait = rng.uniform(*settings.wait)
         try:
             if caught.mid_store_write < settings.store_kills:
-                wait = until_store_write(process, writing_store)
+                until_store_write(process, writing_store)
+                wait = 0.0
             process.wait(wait)
         except subprocess.TimeoutExpired:
             storing = writing_store()
@@ -614,8 +614,9 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
                  settings.source, f"{settings.events:,}", settings.rate, settings.kills)
         outage, outage_seen = store_outage(postgres, chaos, *settings.store_outage)
-        probe = StoreProbe(store)
-        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None, probe)
+        probe = KeptConnection(store)
+        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None,
+                             lambda: store_write_open(probe))
         probe.close()
         outage.join()
         if generator.wait() != 0:
@@ -702,30 +703,16 @@ def store_document(server: LocalPostgres, write_every: str) -> dict[str, Any]:
         "write_every": write_every}}
 
 
-class StoreProbe:
-    """Whether one of abstream's connections has a transaction open in the store, over a
-    connection of its own (False while the store is down)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.connection: psycopg.Connection | None = None
-
-    def __call__(self) -> bool:
-        try:
-            if self.connection is None or self.connection.closed:
-                self.connection = self.store.open()
-                self.connection.autocommit = True
-            return bool(self.connection.execute(
+def store_write_open(connection: KeptConnection) -> bool:
+    """Whether one of abstream's connections has a transaction open in the store (False
+    while the store is down)."""
+    try:
+        with connection.use() as probe:
+            return bool(probe.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
                 "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
-        except (StoreError, psycopg.Error):
-            self.close()
-            return False
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-        self.connection = None
+    except StoreError:
+        return False
 
 
 def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
@@ -752,14 +739,12 @@ def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
 
 
 def until_store_write(process: subprocess.Popen[str], writing_store: Callable[[], bool],
-                      timeout: float = STORE_WRITE_WAIT) -> float:
-    """Poll until ``process`` has a store transaction open, or ``timeout``; the seconds
-    left to wait before the kill: none."""
+                      timeout: float = STORE_WRITE_WAIT) -> None:
+    """Poll until ``process`` has a store transaction open, it ended, or ``timeout``."""
     began = time.monotonic()
     while process.poll() is None and time.monotonic() - began < timeout \
             and not writing_store():
         time.sleep(0.002)
-    return 0.0
 
 
 def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side: Side,

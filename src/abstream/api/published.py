@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from abstream.io.latest_rows import LatestRows
-from abstream.io.postgres import PUBLICATION, PUBLISHED, SERVING, Store, StoreError
+from abstream.io.postgres import PUBLICATION, PUBLISHED, SERVING, KeptConnection, Store
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -86,25 +86,14 @@ class StoredResults:
         self.store = store
         self._published = Published(None, {})
         self._lock = threading.Lock()
-        self._connection: psycopg.Connection | None = None
+        self._connection = KeptConnection(store)
 
     def latest(self) -> Published:
         """``StoreError`` when the store cannot answer."""
-        with self._lock:
-            try:
-                return self._read()
-            except psycopg.Error as exc:
-                self._close()
-                raise StoreError(self.store.where, exc) from None
-            except StoreError:
-                self._close()
-                raise
+        with self._lock, self._connection.use() as connection:
+            return self._read(connection)
 
-    def _read(self) -> Published:
-        if self._connection is None or self._connection.closed:
-            self._connection = self.store.open()
-            self._connection.autocommit = True
-        connection = self._connection
+    def _read(self, connection: psycopg.Connection) -> Published:
         try:
             with connection.cursor(row_factory=dict_row) as cursor:
                 version = self._version(cursor)
@@ -124,11 +113,6 @@ class StoredResults:
         row = cursor.execute(sql.SQL("SELECT version FROM {} WHERE store = %s").format(
             self.store.table(PUBLICATION)), (SERVING,)).fetchone()
         return int(row["version"]) if row and row["version"] else None
-
-    def _close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-        self._connection = None
 
 
 def _entries(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:

@@ -86,6 +86,33 @@ class Store:
             raise StoreError(self.where, exc) from None
 
 
+class KeptConnection:
+    """One autocommit connection to ``store``, opened at first use and again after the
+    store failed (a long-lived reader's). Not shared between threads."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._connection: psycopg.Connection | None = None
+
+    @contextmanager
+    def use(self) -> Iterator[psycopg.Connection]:
+        """The connection; ``StoreError`` when the store cannot be reached or fails a
+        statement meanwhile, after which the next use opens a new one."""
+        if self._connection is None or self._connection.closed:
+            self._connection = self.store.open()
+            self._connection.autocommit = True
+        try:
+            yield self._connection
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreError(self.store.where, exc) from None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = None
+
+
 def configured_store(config: Config) -> Store | None:
     """The PostgreSQL serving store, when ``serving.store`` is ``postgres``."""
     return Store(config.serving.postgres) if config.serving.store == "postgres" else None

@@ -97,7 +97,7 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
         # once that one is done. Whether it is, the log's files tell: Delta can answer from
         # a log it cached before the other commit.
         _clear_interrupted_creation(spark, spec, path)
-        if not _committed(HadoopFiles(spark, path).names(posixpath.join(path, "_delta_log"))):
+        if not _has_commit(HadoopFiles(spark, path), path):
             raise
     return path
 
@@ -112,7 +112,7 @@ def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str)
     is refused, with nothing deleted."""
     files = HadoopFiles(spark, path)
     delta_log = posixpath.join(path, "_delta_log")
-    if files.exists(delta_log) and _committed(files.names(delta_log)):
+    if _has_commit(files, path):
         # A table, whatever Delta answered from the log it had cached (it can answer so
         # for a table moved away while a query read it, and moved back).
         return
@@ -143,6 +143,11 @@ def _committed(entries: list[str]) -> bool:
     return any(_COMMIT.match(name) for name in entries)
 
 
+def _has_commit(files: HadoopFiles, path: str) -> bool:
+    """Whether the table at ``path`` has a log holding a commit, on disk."""
+    return _committed(files.names(posixpath.join(path, "_delta_log")))
+
+
 def _remove_empty_log(files: HadoopFiles, spec: TableSpec, path: str,
                       entries: list[str]) -> None:
     delta_log = posixpath.join(path, "_delta_log")
@@ -152,7 +157,7 @@ def _remove_empty_log(files: HadoopFiles, spec: TableSpec, path: str,
         files.delete(delta_log, recursive=False)
     except Py4JError:
         # A commit arrived meanwhile (the folder is no longer empty): the table is there.
-        if _committed(files.names(delta_log)):
+        if _has_commit(files, path):
             return
         raise
     log.warning("the %s table at %s was left half-created (its log holds no commit, a crash "
