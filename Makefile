@@ -29,6 +29,8 @@ help:
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
 	@echo "            or duplicated (ARGS='--source kafka', '--kills N')"
+	@echo "make chaos ARGS='--standby'  two replicas under kills, pauses and store restarts:"
+	@echo "            failovers timed, no stale write, the store equal to a crash-free run"
 	@echo "            (every benchmark writes its results to bench/results/)"
 	@echo "make lint   ruff, and the import contracts between layers (pyproject.toml)"
 

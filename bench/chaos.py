@@ -795,6 +795,10 @@ def feed_crash_free(chaos: Side, crash_free: Side, settings: ChaosSettings,
 
 
 def main() -> int:
+    if "--standby" in sys.argv[1:]:
+        from bench.standby_chaos import main as standby_main
+
+        return standby_main(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", choices=("files", "kafka"), default="files")
     parser.add_argument("--kills", type=int, default=20)

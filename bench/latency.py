@@ -205,7 +205,7 @@ def main() -> int:
                          port=free_port(), controller_port=free_port())
     broker.start()
     spark = spark_session(config.spark)
-    ctx = Context(spark, config, Layout.of(config.data_dir), RunStats())
+    ctx = Context(spark, config, Layout.of_config(config), RunStats())
     try:
         warm_jvm(ctx, lines, args, broker.bootstrap_servers)
         results = {mode: measure(ctx, mode, lines, args, broker.bootstrap_servers)

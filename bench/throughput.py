@@ -73,7 +73,7 @@ SPARK_DEFAULTS = {
 
 def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str, Any]:
     config = load_config(config_file, data_dir=work)
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     link_landing(landing, Path(layout.landing))
     seconds: dict[str, float] = {}
     with pipeline(config) as ctx:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -234,6 +235,14 @@ def store_settings(server: LocalPostgres, schema: str, **settings: object) -> di
                                               "schema": schema, **settings}}
 
 
+def store_environment(server: LocalPostgres, schema: str) -> dict[str, str]:
+    """The environment of a ``serve`` that reads the store of ``server``."""
+    return {**os.environ, "ABSTREAM__SERVING__STORE": "postgres",
+            "ABSTREAM__SERVING__POSTGRES__DSN": server.dsn,
+            "ABSTREAM__SERVING__POSTGRES__PASSWORD": server.password,
+            "ABSTREAM__SERVING__POSTGRES__SCHEMA": schema}
+
+
 #: The sketch columns of the serving views, by kind.
 HLL_SKETCHES = ("visitors_sketch", "units_sketch", "converted_sketch")
 KLL_SKETCHES = ("values_sketch",)
@@ -253,4 +262,4 @@ def comparable_view_row(row: dict[str, object]) -> tuple[object, ...]:
             return (0,) if sketch.is_empty() else \
                 (sketch.n, sketch.get_min_value(), sketch.get_max_value())
         return value
-    return tuple(held(column, value) for column, value in row.items())
+    return tuple(held(column, value) for column, value in row.items() if column != "epoch")

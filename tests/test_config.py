@@ -94,7 +94,7 @@ def test_file_errors_name_the_file(tmp_path):
 
 def test_data_dir_may_be_a_hadoop_uri():
     config = load_config(environ={}, data_dir="s3a://bucket/abstream/")
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     assert layout.events == "s3a://bucket/abstream/tables/events"
     assert layout.checkpoint("ingest") == "s3a://bucket/abstream/checkpoints/ingest"
     assert Layout.of("relative").root.startswith("/")

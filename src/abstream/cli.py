@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="where landing files, tables and checkpoints live: a folder or "
                              "a Hadoop URI such as s3a://bucket/abstream (default "
                              "./abstream-data)")
+    common.add_argument("--replica", metavar="NAME",
+                        help="act as replica NAME of an active/standby pair: its own "
+                             "checkpoints, tables and topics under DATA_DIR/replicas/NAME")
     verbosity = common.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings only")
@@ -152,6 +155,18 @@ def _parser() -> argparse.ArgumentParser:
     maintain.add_argument("--json", action="store_true",
                           help="print a JSON list of per-table reports on the last line")
 
+    standby = commands.add_parser(
+        "standby", parents=[common],
+        help="the serving lease of active/standby replicas: who writes the store "
+             "(no Spark needed)")
+    standby.add_argument("action", choices=("status", "handover"),
+                         help="status: the lease, the store's last write and each replica's "
+                              "position and lag; handover: the leader steps down now and "
+                              "another replica takes over once caught up")
+    standby.add_argument("--json", action="store_true", help="status as one JSON object")
+    standby.add_argument("--no-wait", action="store_true",
+                         help="handover: return at once, without waiting for the new leader")
+
     jars = commands.add_parser("jars", parents=[common],
                                help="fetch the JVM packages once and list the JAR files")
     jars.add_argument("--comma", action="store_true",
@@ -239,7 +254,8 @@ COMMANDS = {"generate": commands.generate, "run": commands.run, "demo": commands
             "kafka-local": commands.kafka_local, "report": commands.report, "lag": commands.lag,
             "maintain": commands.maintain, "exporter": commands.exporter,
             "serve": commands.serve,
-            "jars": commands.jars, "metrics": commands.metrics}
+            "jars": commands.jars, "metrics": commands.metrics,
+            "standby": commands.standby}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args)
     before = _active_spark()
     try:
-        config = load_config(args.config, data_dir=args.data_dir)
+        config = load_config(args.config, data_dir=args.data_dir, replica=args.replica)
         return COMMANDS[args.command](args, config)
     except AbstreamError as exc:
         print(f"abstream: error: {exc}", file=sys.stderr)

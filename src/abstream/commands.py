@@ -16,6 +16,7 @@ from abstream.config import Config, catalog_problems
 from abstream.errors import AbstreamError, ConfigError, UsageError
 
 if TYPE_CHECKING:
+    from abstream.monitor.exporter import Exporter
     from abstream.speed.component import Component, Context
 
 log = logging.getLogger("abstream")
@@ -40,7 +41,7 @@ def generate(args: argparse.Namespace, config: Config) -> int:
         ensure_topics(config.kafka, [topic], config.kafka.partitions)
         summary = generator.generate_to_kafka(settings, config.kafka, topic, _log_written)
     else:
-        layout = Layout.of(config.data_dir)
+        layout = Layout.of_config(config)
         summary = generator.generate(settings, layout.local(layout.landing), _log_written)
     print(json.dumps(summary.to_dict(files=False)) if args.json else summary.text())
     return 0
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from abstream.speed.runner import run_once
 
     components = select(args.components, config)
+    if config.replica is not None and config.serving.store != "postgres":
+        raise UsageError("replicas take turns writing the PostgreSQL serving store: set "
+                         "serving.store: postgres")
     stop = stop_on_signals()
     exporter = Exporter(config)
     if not args.no_exporter:
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
                     write_store(ctx.spark, ctx.layout, config, "speed", stop=stop)
             else:
                 exporter.expect_queries(ctx.spark, [c.name for c in components])
-                _run_continuously(ctx, components, stop)
+                _run_continuously(ctx, components, stop, exporter)
     finally:
         exporter.push()
         exporter.stop()
@@ -82,25 +86,39 @@ def run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _run_continuously(ctx: Context, components: list[Component], stop: threading.Event
-                    ) -> None:
+def _run_continuously(ctx: Context, components: list[Component], stop: threading.Event,
+                      exporter: Exporter) -> None:
     """Run the components until stopped, publishing the report every
-    ``report.publish_every`` and writing the serving store meanwhile."""
+    ``report.publish_every`` and writing the serving store meanwhile (a replica: while it
+    holds the lease)."""
     from abstream.durations import spark_interval
+    from abstream.monitor.standby import StandbyCollector
     from abstream.report.schedule import PeriodicPublisher
+    from abstream.serving.standby import Leadership, Standby
     from abstream.serving.store_sync import StoreSync
     from abstream.speed.runner import run_continuously
 
-    beside: list[PeriodicPublisher | StoreSync] = []
-    every = ctx.config.report.publish_every
+    config = ctx.config
+    leadership = None if config.replica is None else Leadership(config.replica, config.standby)
+    beside: list[PeriodicPublisher | StoreSync | Standby] = []
+    every = config.report.publish_every
     if every is not None:
-        beside.append(PeriodicPublisher(ctx.spark, ctx.layout, ctx.config, every))
+        beside.append(PeriodicPublisher(ctx.spark, ctx.layout, config, every, leadership))
         log.info("publishing the report every %s (report.publish_every)", spark_interval(every))
-    if ctx.config.serving.store == "postgres":
-        beside.append(StoreSync(ctx.spark, ctx.layout, ctx.config))
+    if config.serving.store == "postgres":
+        sync = StoreSync(ctx.spark, ctx.layout, config, leadership)
+        beside.append(sync)
         log.info("writing the serving store %s every %s (serving.postgres.write_every)",
-                 beside[-1].writer.store.where,
-                 spark_interval(ctx.config.serving.postgres.write_every))
+                 sync.writer.store.where, spark_interval(config.serving.postgres.write_every))
+        if leadership is not None:
+            def system_lag() -> float:
+                return exporter.lag.system_lag(exporter.lag.rows())
+
+            beside.append(Standby(sync.writer.store, ctx.layout, config, leadership,
+                                  lag=system_lag, on_lead=sync.wake))
+            exporter.registry.register(StandbyCollector(
+                leadership.replica, lambda: (leadership.leading, leadership.epoch_seen),
+                system_lag))
     for work in beside:
         work.start()
     try:
@@ -159,7 +177,7 @@ def serving(args: argparse.Namespace, config: Config) -> int:
     from abstream.serving import create_view_statement
     from abstream.serving.view import DEFINITIONS_VIEW, definitions_query
 
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     if args.sql:
         print(create_view_statement(layout, args.name) + ";\n")
         print(f"CREATE OR REPLACE VIEW {DEFINITIONS_VIEW} AS\n"
@@ -211,13 +229,14 @@ def report(args: argparse.Namespace, config: Config) -> int:
         args.html.write_text(render_html(report), encoding="utf-8")
         log.info("HTML report written to %s", args.html)
     if args.publish:
-        from abstream.io.postgres import configured_store
         from abstream.report.build import dimension_reports
         from abstream.report.publish import publish
+        from abstream.serving.standby import fenced_store
 
+        store, fence = fenced_store(config)
         publish(deployment.spark, deployment.layout, report, datetime.now(UTC),
                 dimension_reports(deployment.spark, deployment.layout, config),
-                store=configured_store(config))
+                store=store, fence=fence)
     if args.json:
         print(json.dumps(report.to_dict()))
     elif args.html is None and not args.publish:
@@ -308,7 +327,7 @@ def serve(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"serve.host {host} can be reached from other machines: set a "
                           "bearer token in serve.token (ABSTREAM__SERVE__TOKEN)")
     store = configured_store(config)
-    published: Source = PublishedResults(Layout.of(config.data_dir).experiment_results) \
+    published: Source = PublishedResults(Layout.of_config(config).experiment_results) \
         if store is None else StoredResults(store)
     log.info("results API at http://%s:%d/api/v1/experiments (OpenAPI at "
              "/api/v1/openapi.json)%s", host, port, "; bearer token required" if token else "")
@@ -317,6 +336,23 @@ def serve(args: argparse.Namespace, config: Config) -> int:
     stop_on_signals("stopped")
     uvicorn.run(create_app(published, token), host=host, port=port, log_level="warning")
     return 0
+
+
+def standby(args: argparse.Namespace, config: Config) -> int:
+    from abstream.io.postgres import configured_store
+    from abstream.monitor.standby import handover, standby_status
+
+    store = configured_store(config)
+    if store is None:
+        raise UsageError("the serving lease is in the PostgreSQL serving store: set "
+                         "serving.store: postgres")
+    if args.action == "status":
+        status = standby_status(store)
+        print(json.dumps(status.to_dict()) if args.json else status.text())
+        return 0
+    done = handover(store, config.standby, wait=not args.no_wait)
+    print(done.text())
+    return 0 if args.no_wait or done.taken_by is not None else 1
 
 
 def jars(args: argparse.Namespace, config: Config) -> int:

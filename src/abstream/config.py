@@ -35,6 +35,8 @@ from abstream.metrics.catalog import default_definitions
 from abstream.metrics.definitions import Catalog, Definition, Dimension, Measure
 
 ENV_PREFIX = "ABSTREAM__"
+#: A replica's name (``--replica``): it names folders and Kafka topics.
+REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 
@@ -595,6 +597,29 @@ class PostgresSettings(_Section):
         return self
 
 
+class StandbySettings(_Section):
+    """Active/standby replicas (``abstream run --replica NAME``): the lease in the PostgreSQL
+    serving store that names the one replica writing it."""
+
+    #: How often the leader renews its lease, and a standby looks whether it may take it.
+    renew: Duration = timedelta(seconds=2)
+    #: How long a renewal holds the lease, by the database's clock.
+    lease: Duration = timedelta(seconds=10)
+    #: The leader stops writing when it has not renewed for this long, by its own clock:
+    #: before the lease runs out for the others.
+    step_down: Duration = timedelta(seconds=6)
+    #: ``caught_up``: a replica takes the lease only when its input position is at or past
+    #: what the store says was last written; ``available``: as soon as the lease is free
+    #: (the numbers served may then go back until it has caught up).
+    takeover: Literal["caught_up", "available"] = "caught_up"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> StandbySettings:
+        if not timedelta(0) < self.renew < self.step_down < self.lease:
+            raise ValueError("renew < step_down < lease must hold, all positive")
+        return self
+
+
 class ServingSettings(_Section):
     """Where the serving view and the published results are served from besides Delta."""
 
@@ -606,6 +631,10 @@ class ServingSettings(_Section):
 
 class Config(_Section):
     data_dir: str = "abstream-data"
+    #: This process's replica (``--replica``): its checkpoints, tables and Kafka topics are
+    #: its own, under ``DATA_DIR/replicas/NAME``; the landing folder and the input topic
+    #: are shared. None: a single deployment.
+    replica: str | None = Field(default=None, pattern=f"^{REPLICA_NAME.pattern}$")
     #: Where beacons come from: JSON-lines files in the landing folder, or a Kafka topic.
     source: Literal["files", "kafka"] = "files"
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -623,6 +652,7 @@ class Config(_Section):
     serve: ServeSettings = Field(default_factory=ServeSettings)
     serving: ServingSettings = Field(default_factory=ServingSettings)
     maintain: MaintainSettings = Field(default_factory=MaintainSettings)
+    standby: StandbySettings = Field(default_factory=StandbySettings)
 
     @field_validator("metrics")
     @classmethod
@@ -648,13 +678,28 @@ class Config(_Section):
     def with_data_dir(self, data_dir: Path | str | None) -> Config:
         return self if data_dir is None else self.model_copy(update={"data_dir": str(data_dir)})
 
+    def for_replica(self, replica: str | None) -> Config:
+        """This configuration as replica ``replica``'s, with its own validated and rejected
+        topics (``<topic>.<replica>``); itself when ``replica`` is None."""
+        if replica is None:
+            return self
+        if not REPLICA_NAME.fullmatch(replica):
+            raise ConfigError(f"replica {replica!r}: lower-case letters, digits, '-' and '_', "
+                              "at most 32, starting with a letter or digit")
+        kafka = self.kafka.model_copy(update={
+            "valid_topic": f"{self.kafka.valid_topic}.{replica}",
+            "rejected_topic": f"{self.kafka.rejected_topic}.{replica}"})
+        return self.model_copy(update={"replica": replica, "kafka": kafka})
+
 
 def load_config(
     path: Path | str | None = None,
     environ: Mapping[str, str] | None = None,
     data_dir: Path | str | None = None,
+    replica: str | None = None,
 ) -> Config:
-    """Defaults < YAML file < environment < ``data_dir`` argument (the CLI's --data-dir)."""
+    """Defaults < YAML file < environment < ``data_dir`` and ``replica`` arguments (the
+    CLI's --data-dir and --replica)."""
     raw: dict[str, Any] = {}
     origins: dict[tuple[str, ...], str] = {}
     environ = environ if environ is not None else os.environ
@@ -671,7 +716,7 @@ def load_config(
         config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, origins)) from None
-    return config.with_data_dir(data_dir)
+    return config.with_data_dir(data_dir).for_replica(replica or config.replica)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -120,7 +120,7 @@ def run_demo(config: Config, events: int = DEFAULT_EVENTS, seed: int = 1,
              stop: threading.Event | None = None) -> DemoResult:
     began = time.monotonic()
     config = config.model_copy(update={"source": topology.FILES})
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     prepare_data_dir(layout.local())
     landing = layout.local(layout.landing)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from abstream import topology
-from abstream.config import KafkaSettings
+from abstream.config import Config, KafkaSettings
 from abstream.errors import UsageError
 
 #: How a Kafka topic is written where a place is expected.
@@ -21,25 +21,38 @@ def is_uri(location: str) -> bool:
     return len(scheme) > 1 and scheme != "file"
 
 
+#: The folder under the data dir that holds each replica's own (``run --replica NAME``).
+REPLICAS = "replicas"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Folders and Delta tables of one deployment, all below ``root``."""
+    """Folders and Delta tables of one deployment, all below ``root``; the landing folder
+    below ``input_root`` (a replica's is its data dir's, shared with the other replicas)."""
 
     root: str
+    input_root: str
 
     @classmethod
-    def of(cls, data_dir: str | Path) -> Layout:
+    def of(cls, data_dir: str | Path, replica: str | None = None) -> Layout:
+        """The data dir's layout, or its replica ``replica``'s."""
         text = str(data_dir)
-        if is_uri(text):
-            return cls(text.rstrip("/"))
-        return cls(str(Path(text.removeprefix("file://")).expanduser().absolute()))
+        base = text.rstrip("/") if is_uri(text) else \
+            str(Path(text.removeprefix("file://")).expanduser().absolute())
+        root = base if replica is None else posixpath.join(base, REPLICAS, replica)
+        return cls(root, base)
+
+    @classmethod
+    def of_config(cls, config: Config) -> Layout:
+        """The layout of ``config``'s data dir and replica."""
+        return cls.of(config.data_dir, config.replica)
 
     def _below(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
 
     @property
     def landing(self) -> str:
-        return self._below(topology.LANDING)
+        return posixpath.join(self.input_root, topology.LANDING)
 
     def table(self, name: str) -> str:
         """The location of the Delta table ``name`` (one of ``topology``'s tables)."""

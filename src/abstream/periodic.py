@@ -17,24 +17,36 @@ def backoff_seconds(settings: RunSettings, failures: int) -> float:
 
 
 class Periodic:
-    """Calls ``work`` every ``every`` until stopped. ``work`` returns how long to wait before
-    its next call (seconds), or None for ``every``."""
+    """Calls ``work`` every ``every`` (the first time after ``first`` seconds, by default
+    ``every``) until stopped, or at once when woken. ``work`` returns how long to wait
+    before its next call (seconds), or None for ``every``."""
 
-    def __init__(self, name: str, every: timedelta, work: Callable[[], float | None]) -> None:
-        self.every, self.work = every, work
+    def __init__(self, name: str, every: timedelta, work: Callable[[], float | None],
+                 first: float | None = None) -> None:
+        self.every, self.work, self.first = every, work, first
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Call ``work`` now (after the call under way, if any)."""
+        self._wake.set()
+
     def stop(self) -> None:
         """Stop after the call under way, if any."""
         self._stop.set()
+        self._wake.set()
         self._thread.join()
 
     def _run(self) -> None:
-        wait = self.every.total_seconds()
-        while not self._stop.wait(wait):
+        wait = self.every.total_seconds() if self.first is None else self.first
+        while True:
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             delay = self.work()
             wait = self.every.total_seconds() if delay is None else delay

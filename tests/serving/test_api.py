@@ -29,7 +29,7 @@ from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
 from abstream.report.build import Report, dimension_reports
 from abstream.report.publish import publish
-from tests.helpers import WITHOUT_SPARK, store_settings
+from tests.helpers import WITHOUT_SPARK, store_environment, store_settings
 from tests.servers import free_port
 
 PUBLISHED = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -92,14 +92,6 @@ class Published:
     layout: Layout
     server: Server
     store: Store | None
-
-
-def store_environment(server: LocalPostgres, schema: str) -> dict[str, str]:
-    """The environment of a ``serve`` that reads the store of ``server``."""
-    return {**os.environ, "ABSTREAM__SERVING__STORE": "postgres",
-            "ABSTREAM__SERVING__POSTGRES__DSN": server.dsn,
-            "ABSTREAM__SERVING__POSTGRES__PASSWORD": server.password,
-            "ABSTREAM__SERVING__POSTGRES__SCHEMA": schema}
 
 
 @pytest.fixture(scope="module")

@@ -20,4 +20,4 @@ class Deployment:
     @classmethod
     def open(cls, config: Config) -> Deployment:
         """The deployment of ``config``, with the one Spark session every command uses."""
-        return cls(spark_session(config.spark), config, Layout.of(config.data_dir))
+        return cls(spark_session(config.spark), config, Layout.of_config(config))

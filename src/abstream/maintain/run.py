@@ -121,7 +121,7 @@ class TableReport:
 def maintain(spark: SparkSession, config: Config, dry_run: bool = False,
              clock: Callable[[], float] = time.time) -> list[TableReport]:
     """Compact and vacuum every table of the deployment, one after the other."""
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     sources = monitored_sources(config)
     reports = []
     for item in TABLES:

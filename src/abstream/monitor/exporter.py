@@ -45,7 +45,7 @@ class LagCollector(Collector):
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.sources = monitored_sources(config)
         self.tables = watched_tables(config)
-        self.layout = Layout.of(config.data_dir)
+        self.layout = Layout.of_config(config)
         self.own = config.monitor.include_own
         self.clock = clock
         self.monitor = LagMonitor(self.sources, clock, config.kafka)

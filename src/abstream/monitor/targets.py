@@ -11,7 +11,7 @@ from abstream.layout import KAFKA_SCHEME, Layout
 def monitored_sources(config: Config) -> list[MonitoredSource]:
     """One entry per (component, source): abstream's own unless turned off, then the
     configured ones (any Spark job's query)."""
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     default_slo = config.monitor.slo.total_seconds()
     sources = []
     if config.monitor.include_own:
@@ -27,7 +27,7 @@ def monitored_sources(config: Config) -> list[MonitoredSource]:
 def watched_tables(config: Config) -> dict[str, str]:
     """name -> location of every Delta table whose version is exported: abstream's tables,
     the Delta sources of monitored components, and ``monitor.tables``."""
-    layout = Layout.of(config.data_dir)
+    layout = Layout.of_config(config)
     tables: dict[str, str] = {}
     if config.monitor.include_own:
         tables = {name: layout.table(name) for name in topology.PIPELINE_TABLES}

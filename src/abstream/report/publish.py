@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from abstream.io.lease import Fence
 from abstream.io.postgres import Store
 from abstream.io.tables import RESULTS_TABLE, ensure_table
 from abstream.layout import Layout
@@ -66,9 +67,11 @@ def result_rows(report: Report, published_at: datetime, breakdowns: Sequence[Rep
 
 
 def publish(spark: SparkSession, layout: Layout, report: Report, published_at: datetime,
-            breakdowns: Sequence[Report] = (), *, store: Store | None = None) -> int:
+            breakdowns: Sequence[Report] = (), *, store: Store | None = None,
+            fence: Fence | None = None) -> int:
     """Replace ``experiment_results`` with the rows of ``report`` and its ``breakdowns``,
-    and, with a serving ``store``, its published results; how many rows were written."""
+    and, with a serving ``store``, its published results (with a replica's ``fence``);
+    how many rows were written."""
     rows = result_rows(report, published_at, breakdowns)
     path = ensure_table(spark, RESULTS_TABLE, layout)
     schema = to_arrow_schema(EXPERIMENT_RESULTS, timezone="UTC")
@@ -76,5 +79,5 @@ def publish(spark: SparkSession, layout: Layout, report: Report, published_at: d
     spark.createDataFrame(table).write.format("delta").mode("overwrite").save(path)
     log.info("published %d result rows to %s", len(rows), path)
     if store is not None:
-        publish_results(store, rows, published_at)
+        publish_results(store, rows, published_at, fence)
     return len(rows)

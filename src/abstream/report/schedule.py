@@ -19,6 +19,7 @@ from abstream.layout import Layout
 from abstream.periodic import Periodic
 from abstream.report.build import build_report, dimension_reports
 from abstream.report.publish import publish
+from abstream.serving.standby import Leadership
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,9 @@ class PeriodicPublisher:
     """Publishes the report every ``every`` until stopped."""
 
     def __init__(self, spark: SparkSession, layout: Layout, config: Config,
-                 every: timedelta) -> None:
+                 every: timedelta, leadership: Leadership | None = None) -> None:
         self.spark, self.layout, self.config, self.every = spark, layout, config, every
+        self.leadership = leadership
         self.published = 0
         self._periodic = Periodic("publish", every, self.publish_once)
 
@@ -45,8 +47,12 @@ class PeriodicPublisher:
         try:
             report = build_report(self.spark, self.layout, self.config)
             breakdowns = dimension_reports(self.spark, self.layout, self.config)
+            store, fence = configured_store(self.config), None
+            if self.leadership is not None:
+                fence = self.leadership.fence()
+                store = store if fence is not None else None
             rows = publish(self.spark, self.layout, report, datetime.now(UTC), breakdowns,
-                           store=configured_store(self.config))
+                           store=store, fence=fence)
         except (AbstreamError, *SPARK_ERRORS) as exc:
             log.warning("publishing the report failed, trying again in %s: %s",
                         spark_interval(self.every), first_line(exc))

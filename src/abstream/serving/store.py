@@ -4,16 +4,18 @@ Each write brings the store from the Delta versions it holds (``store_progress``
 tables' latest versions, in one transaction that also records what it covers:
 
 1. read the versions the store holds, without a lock, and the tables' latest versions
-   from their Delta logs (no Spark); equal: nothing to do;
+   from their Delta logs (no Spark); equal: nothing to do (but for a replica's first write
+   with a new epoch, which records it);
 2. which windows changed: the span of ``window_start`` over the files that the gold
    versions in between appended (from their statistics), or every window when a version
    removed data (the batch layer replacing a range), the batch coverage or the catalog
-   changed, or the store holds nothing yet;
+   changed, the store holds another replica's tables, or nothing yet;
 3. the serving view at exactly those versions (Delta time travel), those windows only;
-4. one transaction: lock ``store_progress``; if it still holds the versions of step 1,
-   delete the store's rows of those windows, copy the view's in, record the new versions,
-   the writer and what it covers; if another writer got there first, start again (or stop,
-   when it wrote these versions or later).
+4. one transaction: with a replica's fence, hold the lease row and stop when the epoch is
+   no longer the lease's (``io.lease.check_fence``); lock ``store_progress``; if it still
+   holds the versions of step 1, delete the store's rows of those windows, copy the view's
+   in, record the new versions, the writer and what it covers; if another writer got there
+   first, start again (or stop, when it wrote these versions or later).
 
 A write that is killed part way leaves the transaction uncommitted: the store keeps the
 versions of the last write, and the next write covers the same versions again. A write
@@ -39,6 +41,8 @@ from abstream import topology
 from abstream.config import Config
 from abstream.io.checkpoint_log import CheckpointReader
 from abstream.io.deltalog import DeltaLogReader
+from abstream.io.input_position import PositionReader
+from abstream.io.lease import Fence, check_fence, next_order
 from abstream.io.postgres import (
     PROGRESS,
     PUBLICATION,
@@ -51,7 +55,7 @@ from abstream.io.postgres import (
 from abstream.io.tables import COVERAGE_TABLE, DEFINITIONS_TABLE, METRICS_TABLE, ensure_table
 from abstream.layout import Layout
 from abstream.schemas import EXPERIMENT_RESULTS
-from abstream.serving.store_schema import VIEW_TABLES, ensure_schema
+from abstream.serving.store_schema import EPOCH, VIEW_TABLES, ensure_schema
 from abstream.serving.view import definitions_query, serving_query
 from abstream.stages.definition_gold import served
 from abstream.times import from_micros
@@ -69,15 +73,17 @@ _STATS_STEP = timedelta(milliseconds=1)
 
 @dataclass(frozen=True)
 class Mark:
-    """What the store's tables equal: Delta versions by table (-1: no commit yet) and the
-    served definitions (name and fingerprint)."""
+    """What the store's tables equal: Delta versions by table (-1: no commit yet) of the
+    replica's tables (``""``: a single deployment's) and the served definitions (name and
+    fingerprint)."""
 
     versions: Mapping[str, int]
     catalog: str
+    replica: str
 
     def covers(self, other: Mark) -> bool:
         """Whether this state is ``other`` or later."""
-        return self.catalog == other.catalog and all(
+        return self.catalog == other.catalog and self.replica == other.replica and all(
             self.versions.get(name, -1) >= version for name, version in other.versions.items())
 
 
@@ -112,29 +118,35 @@ class StoreWriter:
                         for name, path in self.paths.items()}
         self.source = config.source
         self.bronze = DeltaLogReader(layout.events)
+        self.replica = config.replica or ""
+        self.positions = PositionReader(layout, config)
+        self.idle_limit = config.standby.step_down
         self._tables_ready = self._schema_ready = False
 
-    def write(self, covers: Mapping[str, Any] | None = None) -> Written | None:
-        """Bring the store up to the Delta tables' latest versions; None when it was."""
+    def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None
+              ) -> Written | None:
+        """Bring the store up to the Delta tables' latest versions; None when it was.
+        With ``fence`` (a replica's), only while its epoch is the lease's (``Fenced``
+        otherwise), and every row written carries its epoch."""
         try:
-            return self._write(covers)
+            return self._write(covers, fence)
         except StoreError:
             self._schema_ready = False
             raise
 
-    def _write(self, covers: Mapping[str, Any] | None) -> Written | None:
+    def _write(self, covers: Mapping[str, Any] | None, fence: Fence | None) -> Written | None:
         for _ in range(ATTEMPTS):
             began = time.monotonic()
-            held = self._held()
+            held, held_epoch = self._held()
             target = self._latest()
-            if held.covers(target):
+            if held.covers(target) and (fence is None or fence.epoch == held_epoch):
                 return None
             windows = self.changed_windows(held, target)
             rows = self._view_rows(target, windows) if windows != () else {}
             batches = self._micro_batches(held, target)
             described = {**({"micro_batches": batches} if batches else {}),
                          **self._input_offsets(batches), **(covers or {})}
-            written = self._commit(held, target, windows, rows, described)
+            written = self._commit(held, target, windows, rows, described, fence=fence)
             if written is not None:
                 written = Written(target, windows, written, time.monotonic() - began, described)
                 log.info("serving store %s: wrote %d rows (%s) for versions %s in %.1f s",
@@ -145,15 +157,17 @@ class StoreWriter:
                  "next round", self.store.where)
         return None
 
-    def _held(self) -> Mark:
+    def _held(self) -> tuple[Mark, int | None]:
+        """What the store holds, and the epoch that wrote it."""
         with self.store.connect() as connection:
             if not self._schema_ready:
                 ensure_schema(connection, self.store)
                 self._schema_ready = True
             row = connection.execute(
-                sql.SQL("SELECT versions, catalog FROM {} WHERE store = %s").format(
-                    self.store.table(PROGRESS)), (SERVING,)).fetchone()
-        return Mark(row[0], row[1])
+                sql.SQL("SELECT versions, catalog, coalesce(replica, ''), epoch FROM {} "
+                        "WHERE store = %s").format(self.store.table(PROGRESS)),
+                (SERVING,)).fetchone()
+        return Mark(*row[:3]), row[3]
 
     def _latest(self) -> Mark:
         if not self._tables_ready:
@@ -165,11 +179,13 @@ class StoreWriter:
             reader.refresh()
             versions[name] = -1 if reader.latest_version is None else reader.latest_version
         catalog = ",".join(f"{d.name}={d.fingerprint}" for d in served(self.catalog))
-        return Mark(versions, catalog)
+        return Mark(versions, catalog, self.replica)
 
     def changed_windows(self, held: Mark, target: Mark) -> Windows | tuple[()]:
-        """The windows whose rows can differ between the two states: ``()`` none, None all."""
-        if held.catalog != target.catalog or not held.versions \
+        """The windows whose rows can differ between the two states: ``()`` none, None all
+        (also when the store holds another replica's tables)."""
+        if held.catalog != target.catalog or held.replica != target.replica \
+                or not held.versions \
                 or held.versions.get(COVERAGE) != target.versions[COVERAGE]:
             return None
         spans: list[tuple[int, int]] = []
@@ -239,34 +255,49 @@ class StoreWriter:
                           "bronze_version": through, "offsets": list(offsets)}}
 
     def _commit(self, held: Mark, target: Mark, windows: Windows | tuple[()],
-                rows: Mapping[str, list[tuple[Any, ...]]], covers: Mapping[str, Any]
-                ) -> int | None:
+                rows: Mapping[str, list[tuple[Any, ...]]], covers: Mapping[str, Any],
+                *, fence: Fence | None = None) -> int | None:
         """Write in one transaction; the rows written, or None when another writer changed
         the store since ``held`` was read (and this write is stale, or must be computed
-        again)."""
+        again). ``Fenced`` when ``fence`` is no longer the lease's."""
         store = self.store
+        position = self.positions.read()
+        epoch = None if fence is None else fence.epoch
         with store.connect() as connection, connection.transaction():
+            if fence is not None:
+                # A writer paused inside this transaction must not hold the lease row:
+                # PostgreSQL ends its session once it has been idle this long.
+                connection.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (f"{int(self.idle_limit.total_seconds() * 1000)}ms",))
+                check_fence(connection, store, fence)
             locked = connection.execute(
-                sql.SQL("SELECT versions, catalog FROM {} WHERE store = %s FOR UPDATE").format(
-                    store.table(PROGRESS)), (SERVING,)).fetchone()
-            if Mark(locked[0], locked[1]) != held:
+                sql.SQL("SELECT versions, catalog, coalesce(replica, '') FROM {} "
+                        "WHERE store = %s FOR UPDATE").format(store.table(PROGRESS)),
+                (SERVING,)).fetchone()
+            if Mark(*locked) != held:
                 return None
             count = 0
             for name, table_rows in rows.items():
                 _delete(connection, store.table(name), windows)
                 count += _copy(connection, store.table(name),
-                               VIEW_TABLES[name][0].fieldNames(), table_rows)
+                               [*VIEW_TABLES[name][0].fieldNames(), EPOCH],
+                               [(*row, epoch) for row in table_rows])
             start, end = windows if windows else (None, None)
             connection.execute(
-                sql.SQL("UPDATE {} SET versions = %s, catalog = %s, writer = %s, covers = %s, "
-                        "written_at = now() WHERE store = %s").format(store.table(PROGRESS)),
-                (_json(target.versions), target.catalog, self.writer, _json(covers), SERVING))
+                sql.SQL("UPDATE {} SET versions = %s, catalog = %s, replica = %s, epoch = %s, "
+                        "position = %s, writer = %s, covers = %s, written_at = now() "
+                        "WHERE store = %s").format(store.table(PROGRESS)),
+                (_json(target.versions), target.catalog, target.replica or None, epoch,
+                 _json(position.to_json()), self.writer, _json(covers), SERVING))
             connection.execute(
-                sql.SQL("INSERT INTO {} (writer, versions_before, versions, covers, "
-                        "windows_from, windows_until, rows_written) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s)").format(store.table(WRITES)),
-                (self.writer, _json(held.versions), _json(target.versions), _json(covers),
-                 start, end, count))
+                sql.SQL("INSERT INTO {} (seq, writer, replica, epoch, versions_before, "
+                        "versions, covers, windows_from, windows_until, rows_written) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)").format(
+                    store.table(WRITES)),
+                (next_order(connection, store), self.writer, target.replica or None, epoch,
+                 _json(held.versions), _json(target.versions), _json(covers), start, end,
+                 count))
             return count
 
 
@@ -310,18 +341,23 @@ def _shown(windows: Windows | tuple[()]) -> str:
     return f"windows from {windows[0]:%Y-%m-%d %H:%M} to {windows[1]:%Y-%m-%d %H:%M}"
 
 
-def publish_results(store: Store, rows: list[dict[str, Any]], published_at: datetime) -> int:
+def publish_results(store: Store, rows: list[dict[str, Any]], published_at: datetime,
+                    fence: Fence | None = None) -> int:
     """Replace the store's published results with ``rows`` (``report.publish.result_rows``)
-    and count its publication's version up, in one transaction; the new version."""
+    and count its publication's version up, in one transaction; the new version. With
+    ``fence``, only while its epoch is the lease's (``Fenced`` otherwise)."""
     columns = EXPERIMENT_RESULTS.fieldNames()
+    epoch = None if fence is None else fence.epoch
     with store.connect() as connection:
         ensure_schema(connection, store)
         with connection.transaction():
+            if fence is not None:
+                check_fence(connection, store, fence)
             connection.execute(sql.SQL("SELECT version FROM {} WHERE store = %s FOR UPDATE")
                                .format(store.table(PUBLICATION)), (SERVING,))
             connection.execute(sql.SQL("DELETE FROM {}").format(store.table(PUBLISHED)))
-            _copy(connection, store.table(PUBLISHED), columns,
-                  [tuple(row.get(c) for c in columns) for row in rows])
+            _copy(connection, store.table(PUBLISHED), [*columns, EPOCH],
+                  [(*(row.get(c) for c in columns), epoch) for row in rows])
             version = connection.execute(
                 sql.SQL("UPDATE {} SET version = version + 1, published_at = %s "
                         "WHERE store = %s RETURNING version").format(store.table(PUBLICATION)),

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from abstream.io.lease import ensure_lease_tables
 from abstream.io.postgres import PROGRESS, PUBLICATION, PUBLISHED, SERVING, WRITES, Store
 from abstream.schemas import (
     DEFINITION_KEY,
@@ -46,6 +47,9 @@ VIEW_TABLES: dict[str, tuple[StructType, tuple[str, ...]]] = {
         StructType([*DEFINITION_METRICS.fields, StructField("final", BooleanType(), False)]),
         tuple(k for k in DEFINITION_KEY if k != "layer")),
 }
+#: The column of the served rows that holds the epoch of the replica that wrote them (NULL:
+#: a single deployment's).
+EPOCH = "epoch"
 #: Columns of ``published_results`` held as ``jsonb``.
 JSON_COLUMNS = ("document",)
 
@@ -101,3 +105,25 @@ def ensure_schema(connection: psycopg.Connection, store: Store) -> None:
         connection.execute(sql.SQL(
             "INSERT INTO {} (store, version) VALUES (%s, 0) ON CONFLICT DO NOTHING").format(
             store.table(PUBLICATION)), (SERVING,))
+        for name in (*VIEW_TABLES, PUBLISHED):
+            _add_columns(connection, store.table(name), {EPOCH: "bigint"})
+        _add_columns(connection, store.table(PROGRESS),
+                     {"replica": "text", EPOCH: "bigint", "position": "jsonb"})
+        _add_columns(connection, store.table(WRITES),
+                     {"seq": "bigint", "replica": "text", EPOCH: "bigint"})
+        ensure_lease_tables(connection, store)
+
+
+def _add_columns(connection: psycopg.Connection, table: sql.Composed,
+                 columns: dict[str, str]) -> None:
+    """Columns a store made by an earlier abstream lacks (altered only then: ALTER TABLE
+    waits for the table's readers)."""
+    present = {row[0] for row in connection.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped", (table.as_string(connection),)).fetchall()}
+    missing = {name: kind for name, kind in columns.items() if name not in present}
+    if missing:
+        connection.execute(sql.SQL("ALTER TABLE {} {}").format(table, sql.SQL(", ").join(
+            sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(name),
+                                                             sql.SQL(kind))
+            for name, kind in missing.items())))

@@ -21,9 +21,11 @@ from pyspark.sql import SparkSession
 
 from abstream.config import Config
 from abstream.errors import AbstreamError, Interrupted, first_line
+from abstream.io.lease import Fenced
 from abstream.io.spark import SPARK_ERRORS
 from abstream.layout import Layout
 from abstream.periodic import Periodic, backoff_seconds
+from abstream.serving.standby import Leadership, fenced_store
 from abstream.serving.store import StoreWriter, Written
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,10 @@ WRITE_ERRORS = (AbstreamError, *SPARK_ERRORS)
 class StoreSync:
     """``abstream run``'s writes of the store, until stopped."""
 
-    def __init__(self, spark: SparkSession, layout: Layout, config: Config) -> None:
+    def __init__(self, spark: SparkSession, layout: Layout, config: Config,
+                 leadership: Leadership | None = None) -> None:
         self.writer = StoreWriter(spark, layout, config, "speed")
+        self.leadership = leadership
         self.settings = config.run
         self.failures = 0
         self.writes = 0
@@ -49,10 +53,24 @@ class StoreSync:
     def stop(self) -> None:
         self._periodic.stop()
 
+    def wake(self) -> None:
+        """Write now (a replica that has just been granted the lease)."""
+        self._periodic.wake()
+
     def write_once(self) -> float | None:
-        """One write; the pause before the next when it failed."""
+        """One write (a replica's only while it leads); the pause before the next when it
+        failed."""
+        fence = None
+        if self.leadership is not None:
+            fence = self.leadership.fence()
+            if fence is None:
+                return None
         try:
-            written = self.writer.write()
+            written = self.writer.write(fence=fence)
+        except Fenced as exc:
+            assert self.leadership is not None
+            self.leadership.lost(str(exc))
+            return None
         except WRITE_ERRORS as exc:
             self.failures += 1
             delay = backoff_seconds(self.settings, self.failures)
@@ -69,13 +87,20 @@ class StoreSync:
 def write_store(spark: SparkSession, layout: Layout, config: Config, writer: str, *,
                 covers: Mapping[str, Any] | None = None,
                 stop: threading.Event | None = None) -> Written | None:
-    """One write as ``writer``, tried again as ``run.max_restarts`` allows."""
+    """One write as ``writer``, tried again as ``run.max_restarts`` allows; a replica's
+    only while it holds the lease."""
     store_writer = StoreWriter(spark, layout, config, writer)
     stop = stop if stop is not None else threading.Event()
     failures = 0
     while True:
         try:
-            return store_writer.write(covers)
+            store, fence = fenced_store(config)
+            if store is None:
+                return None
+            return store_writer.write(covers, fence)
+        except Fenced as exc:
+            log.info("%s", exc)
+            return None
         except WRITE_ERRORS as exc:
             failures += 1
             if failures > config.run.max_restarts:
