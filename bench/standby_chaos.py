@@ -8,6 +8,8 @@ store write since the last fault):
 - ``kill_leader``: SIGKILL of the leader's process group (driver and JVM);
 - ``pause_leader``: SIGSTOP of the leader's group for ``pause`` seconds (past its lease),
   then SIGCONT: the log must show it stepped down, and the store no write of its old epoch;
+  every second one, while the input still comes, the moment one of its store writes has a
+  transaction open;
 - ``kill_standby``: SIGKILL of the replica that does not lead;
 - ``restart_store``: PostgreSQL killed (SIGKILL) and started again ``store_down`` seconds
   later;
@@ -56,7 +58,7 @@ from tests.helpers import comparable_view_row
 
 from abstream.io.deltalog import DeltaLogReader
 from abstream.io.input_position import InputPosition
-from abstream.io.lease import GRANTS
+from abstream.io.lease import GRANTS, ReplicaReport, replica_reports
 from abstream.io.postgres import PROGRESS, SERVING, WRITES, Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
@@ -102,9 +104,21 @@ class StandbySettings:
     store_down: float = 5.0
     #: Seconds before a killed replica is started again.
     restart_after: float = 3.0
-    #: The kinds of fault to draw from.
+    #: The kinds of fault to draw from, in turn.
     kinds: tuple[str, ...] = FAULTS
+    #: Strike them in the order of ``kinds`` (else in a seeded random order).
+    ordered: bool = False
     store_write_every: str = "2 seconds"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the store was last written from: the replica, its gold versions, its input
+    position."""
+
+    replica: str | None
+    versions: dict[str, int]
+    position: InputPosition | None
 
 
 @dataclass
@@ -174,6 +188,25 @@ class Watch:
                         f"FROM {self.store.schema}.{WRITES}")
         return None if row is None else (int(row[0]), row[1])
 
+    def state(self) -> tuple[list[ReplicaReport], Written] | None:
+        """Each replica's last report, and what the store was last written from."""
+        try:
+            with self.store.connect() as connection:
+                reports = replica_reports(connection, self.store)
+                row = connection.execute(sql.SQL(
+                    "SELECT replica, versions, position FROM {} WHERE store = %s").format(
+                    self.store.table(PROGRESS)), (SERVING,)).fetchone()
+        except StoreError:
+            return None
+        return reports, Written(row[0], row[1], InputPosition.from_json(row[2]))
+
+    def write_open(self) -> bool:
+        """Whether a store write's transaction is open (its rows staged or being moved)."""
+        row = self._one("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                        "'abstream' AND xact_start IS NOT NULL AND query LIKE '%staged_%' "
+                        "AND pid <> pg_backend_pid()")
+        return bool(row and row[0])
+
     def until(self, what: str, check: Any, timeout: float, pair: Pair | None = None,
               every: float = 0.1) -> Any:
         began = time.monotonic()
@@ -188,29 +221,18 @@ class Watch:
 
 
 def settled(watch: Watch, pair: Pair) -> tuple[str, int]:
-    """Wait until a replica leads, and the other runs and has read at least what the store
-    was last written from (it could take over now): the leader and its epoch."""
-    store = watch.store
-
+    """Wait until a replica leads and has written the store, and the other runs and has
+    read at least what the store was last written from (it could take over now): the
+    leader and its epoch."""
     def check() -> tuple[str, int] | None:
-        lease = watch.lease()
-        if lease is None or lease[0] is None or len(pair.processes) < len(REPLICAS):
+        lease, state = watch.lease(), watch.state()
+        if lease is None or lease[0] is None or state is None \
+                or len(pair.processes) < len(REPLICAS):
             return None
-        try:
-            with store.connect() as connection:
-                reports = connection.execute(sql.SQL(
-                    "SELECT replica, position FROM {}.standby_replicas "
-                    "WHERE reported_at > now() - interval '5 seconds'").format(
-                    sql.Identifier(store.schema))).fetchall()
-                written = connection.execute(sql.SQL(
-                    "SELECT position FROM {} WHERE store = %s").format(
-                    store.table(PROGRESS)), (SERVING,)).fetchone()[0]
-        except StoreError:
-            return None
-        published = InputPosition.from_json(written)
-        ready = {replica for replica, position in reports
-                 if InputPosition.from_json(position).at_or_past(published)}
-        return lease if ready == set(REPLICAS) else None
+        reports, written = state
+        ready = {r.replica for r in reports if r.age_seconds < 5 and r.position is not None
+                 and r.position.at_or_past(written.position)}
+        return lease if ready == set(REPLICAS) and written.replica is not None else None
     return watch.until("a leader, and a standby caught up with the store", check, 300.0,
                        pair, every=0.5)
 
@@ -237,7 +259,8 @@ def stepped_down_after(log_file: Path, offset: int, timeout: float) -> float | N
 
 
 def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
-           settings: StandbySettings, leader: str, epoch: int) -> dict[str, Any]:
+           settings: StandbySettings, leader: str, epoch: int,
+           aim_at_write: bool = False) -> dict[str, Any]:
     """One fault; what it did and (for a fault on the leader) the failover it caused."""
     other = next(r for r in REPLICAS if r != leader)
     fault: dict[str, Any] = {"kind": kind, "leader": leader, "epoch": epoch}
@@ -255,6 +278,12 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
         pair.start(leader)
     elif kind == "pause_leader":
         process, log_file = pair.processes[leader], pair.logs[leader][-1]
+        if aim_at_write:
+            try:
+                watch.until("a store transaction", watch.write_open, 60.0, pair, every=0.002)
+                fault["aimed_at"] = "a store transaction"
+            except RuntimeError:
+                fault["aimed_at"] = "none came within 60 s"
         os.killpg(process.pid, signal.SIGSTOP)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)
         time.sleep(max(0.0, settings.pause - (time.monotonic() - began)))
@@ -267,8 +296,9 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
         with log_file.open() as text:
             text.seek(offset)
             woke = text.read()
+        fault["writes_after_cont"] = woke.count(": wrote ")
         fault["writes_refused_after_cont"] = woke.count("is no longer the lease's")
-        fault["writes_after_cont"] = woke.count("serving store") - woke.count("trying again")
+        fault["writes_failed_after_cont"] = woke.count("trying again")
     elif kind == "kill_standby":
         pair.kill(other)
         time.sleep(settings.restart_after)
@@ -284,29 +314,20 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
 def drained(watch: Watch, pair: Pair, total: int) -> None:
     """Wait until both replicas have read all ``total`` input units, have no lag, and the
     store holds the leader's latest gold."""
-    store = watch.store
-
     def check() -> bool:
-        try:
-            with store.connect() as connection:
-                reports = connection.execute(sql.SQL(
-                    "SELECT replica, position, lag_seconds FROM {}.standby_replicas "
-                    "WHERE reported_at > now() - interval '10 seconds'").format(
-                    sql.Identifier(store.schema))).fetchall()
-                progress = connection.execute(sql.SQL(
-                    "SELECT replica, versions FROM {} WHERE store = %s").format(
-                    store.table(PROGRESS)), (SERVING,)).fetchone()
-        except StoreError:
+        state = watch.state()
+        if state is None:
             return False
-        read = {r[0]: sum(r[1].values()) for r in reports if r[2] == 0}
-        if set(read) != set(REPLICAS) or any(count < total for count in read.values()) \
-                or progress[0] is None:
+        reports, written = state
+        done = {r.replica for r in reports if r.age_seconds < 10 and r.lag_seconds == 0
+                and r.position is not None and sum(r.position.units.values()) >= total}
+        if done != set(REPLICAS) or written.replica is None:
             return False
-        layout = Layout.of(pair.side.data_dir, progress[0])
+        layout = Layout.of(pair.side.data_dir, written.replica)
         for name in ("experiment_metrics", "definition_metrics"):
             reader = DeltaLogReader(layout.table(name))
             reader.refresh()
-            if reader.latest_version != progress[1].get(name):
+            if reader.latest_version != written.versions.get(name):
                 return False
         return True
     watch.until("both replicas caught up and the store written", check, 300.0, pair, 1.0)
@@ -394,7 +415,8 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
             pair.start(replica)
         faults: list[dict[str, Any]] = []
         kinds = [settings.kinds[i % len(settings.kinds)] for i in range(settings.faults)]
-        rng.shuffle(kinds)
+        if not settings.ordered:
+            rng.shuffle(kinds)
         for number, drawn in enumerate(kinds, 1):
             settled(watch, pair)
             time.sleep(rng.uniform(*settings.wait))
@@ -404,8 +426,9 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
             kind = "kill_leader" if drawn == "kill_after_write" and not generating else drawn
             log.info("fault %d/%d: %s (%s leads with epoch %d%s)", number, len(kinds), kind,
                      leader, epoch, "" if generating else "; input complete")
+            pauses = sum(f["kind"] == "pause_leader" for f in faults)
             faults.append(strike(kind, pair, watch, server, settings=settings, leader=leader,
-                                 epoch=epoch))
+                                 epoch=epoch, aim_at_write=generating and pauses % 2 == 1))
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {side.logs}")
         log.info("input complete: waiting for both replicas and the store to catch up")

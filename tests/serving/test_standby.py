@@ -154,8 +154,7 @@ def test_a_writer_paused_inside_its_transaction_does_not_hold_a_takeover_up(post
     store = _store(postgres)
     assert _grant(store, "a")[0] == 1
     paused = store.open()
-    paused.execute("SELECT set_config('idle_in_transaction_session_timeout', '500ms', true)")
-    check_fence(paused, store, Fence("a", 1))  # holds the lease row FOR SHARE, then idles
+    check_fence(paused, store, Fence("a", 1, timedelta(seconds=0.5)))  # FOR SHARE, then idle
     time.sleep(1.2)
     began = time.monotonic()
     assert _grant(store, "b") == (2, "granted")
@@ -240,9 +239,9 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
     writers = {ctx.config.replica: StoreWriter(spark, ctx.layout, ctx.config, "speed")
                for ctx in (a, b)}
     lease = a.config.standby
-    assert holder_fence(store, "a") is None
+    assert holder_fence(store, "a", lease) is None
     assert _grant(store, "a", lease, InputPosition({FILES: 3}))[0] == 1
-    assert holder_fence(store, "a") == Fence("a", 1)
+    assert holder_fence(store, "a", lease) == Fence("a", 1)
     assert writers["a"].write(fence=Fence("a", 1)).windows is None
     by_a = _stored(store)
     assert by_a and {epoch for epoch, _ in by_a.values()} == {1}

@@ -16,7 +16,7 @@ sequence (``standby_order``) after that lock, so ordering by it is the order the
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import psycopg
@@ -45,10 +45,12 @@ class Fenced(AbstreamError):
 
 @dataclass(frozen=True)
 class Fence:
-    """What a leader's write carries: its replica and the epoch it was granted."""
+    """What a leader's write carries: its replica and the epoch it was granted; how long
+    its transaction may hold the lease row idle (``standby.step_down``)."""
 
     replica: str
     epoch: int
+    pause_limit: timedelta = field(default=timedelta(seconds=6), compare=False)
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,12 @@ def read_lease(connection: psycopg.Connection, store: Store) -> Lease:
 
 
 def check_fence(connection: psycopg.Connection, store: Store, fence: Fence) -> None:
-    """In a write's transaction: hold the lease row (``FOR SHARE``) until it commits, or
-    raise ``Fenced`` when ``fence`` is no longer the lease's."""
+    """In a write's transaction, once the client has sent its rows: hold the lease row
+    (``FOR SHARE``) until it commits, or raise ``Fenced`` when ``fence`` is no longer the
+    lease's. A writer paused from here on must not keep the row from a new leader: its
+    session ends once it has been idle in the transaction for ``fence.pause_limit``."""
+    connection.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                        (f"{int(fence.pause_limit.total_seconds() * 1000)}ms",))
     lease = _lease(connection, store, "FOR SHARE")
     if not lease.fences(fence):
         raise Fenced(fence, lease)

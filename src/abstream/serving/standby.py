@@ -63,7 +63,8 @@ class Leadership:
 
     def granted(self, epoch: int, asked_at: float) -> None:
         with self._lock:
-            self._fence, self._renewed = Fence(self.replica, epoch), asked_at
+            self._fence = Fence(self.replica, epoch, self.settings.step_down)
+            self._renewed = asked_at
             self.epoch_seen = max(self.epoch_seen, epoch)
         log.info("replica %s leads: granted the lease with epoch %d", self.replica, epoch)
 
@@ -139,7 +140,7 @@ class Standby:
                     self._waiting = "" if epoch is not None else why
                 report(connection, self.store, self.replica, position=position,
                        lag_seconds=self.lag(), leading=self.leadership.fence() is not None)
-        except (AbstreamError, OSError) as exc:
+        except (AbstreamError, OSError, ValueError) as exc:  # ValueError: a torn checkpoint file
             self._schema_ready = False
             if not self._failing:
                 log.warning("replica %s: the lease cannot be renewed or taken: %s",
@@ -162,13 +163,14 @@ class Standby:
         self.leadership.lost(f"the lease could not be renewed: {why}")
 
 
-def holder_fence(store: Store, replica: str) -> Fence | None:
+def holder_fence(store: Store, replica: str, settings: StandbySettings) -> Fence | None:
     """``replica``'s fence when it holds the lease now, else None: for a replica's writes
     outside ``run`` (``batch``, ``report --publish``)."""
     with store.connect() as connection:
         ensure_schema(connection, store)
         lease = read_lease(connection, store)
-    return Fence(replica, lease.epoch) if lease.live and lease.holder == replica else None
+    return Fence(replica, lease.epoch, settings.step_down) \
+        if lease.live and lease.holder == replica else None
 
 
 def fenced_store(config: Config) -> tuple[Store | None, Fence | None]:
@@ -178,7 +180,7 @@ def fenced_store(config: Config) -> tuple[Store | None, Fence | None]:
     store = configured_store(config)
     if store is None or config.replica is None:
         return store, None
-    fence = holder_fence(store, config.replica)
+    fence = holder_fence(store, config.replica, config.standby)
     if fence is None:
         log.info("replica %s does not hold the serving lease: the store is its leader's to "
                  "write", config.replica)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -120,7 +121,6 @@ class StoreWriter:
         self.bronze = DeltaLogReader(layout.events)
         self.replica = config.replica or ""
         self.positions = PositionReader(layout, config)
-        self.idle_limit = config.standby.step_down
         self._tables_ready = self._schema_ready = False
 
     def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None
@@ -264,12 +264,11 @@ class StoreWriter:
         position = self.positions.read()
         epoch = None if fence is None else fence.epoch
         with store.connect() as connection, connection.transaction():
+            staged = {name: _stage(connection, store.table(name),
+                                   [*VIEW_TABLES[name][0].fieldNames(), EPOCH],
+                                   [(*row, epoch) for row in table_rows])
+                      for name, table_rows in rows.items()}
             if fence is not None:
-                # A writer paused inside this transaction must not hold the lease row:
-                # PostgreSQL ends its session once it has been idle this long.
-                connection.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
-                    (f"{int(self.idle_limit.total_seconds() * 1000)}ms",))
                 check_fence(connection, store, fence)
             locked = connection.execute(
                 sql.SQL("SELECT versions, catalog, coalesce(replica, '') FROM {} "
@@ -278,11 +277,9 @@ class StoreWriter:
             if Mark(*locked) != held:
                 return None
             count = 0
-            for name, table_rows in rows.items():
+            for name, stage in staged.items():
                 _delete(connection, store.table(name), windows)
-                count += _copy(connection, store.table(name),
-                               [*VIEW_TABLES[name][0].fieldNames(), EPOCH],
-                               [(*row, epoch) for row in table_rows])
+                count += stage.move(connection)
             start, end = windows if windows else (None, None)
             connection.execute(
                 sql.SQL("UPDATE {} SET versions = %s, catalog = %s, replica = %s, epoch = %s, "
@@ -319,14 +316,35 @@ def _delete(connection: psycopg.Connection, table: sql.Composed, windows: Window
                                    "AND window_start < %s").format(table), windows)
 
 
-def _copy(connection: psycopg.Connection, table: sql.Composed, columns: list[str],
-          rows: list[tuple[Any, ...]]) -> int:
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        table, sql.SQL(", ").join(map(sql.Identifier, columns)))
-    with connection.cursor().copy(statement) as copy:
+@dataclass(frozen=True)
+class _Stage:
+    """Rows copied into a temporary table of the transaction, to move into ``table``."""
+
+    temporary: sql.Identifier
+    table: sql.Composed
+    columns: sql.Composed
+
+    def move(self, connection: psycopg.Connection) -> int:
+        """Insert them into the table; how many."""
+        return connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+            self.table, self.columns, self.columns, self.temporary)).rowcount
+
+
+def _stage(connection: psycopg.Connection, table: sql.Composed, columns: list[str],
+           rows: list[tuple[Any, ...]]) -> _Stage:
+    """Copy ``rows`` into a temporary table shaped like ``table``, dropped at commit: the
+    client's data is sent before the transaction takes its locks, so a writer paused in
+    the middle of sending it holds nothing another writer waits for (a COPY waiting for its
+    client is not ended by ``statement_timeout``)."""
+    temporary = sql.Identifier(f"staged_{uuid.uuid4().hex[:12]}")
+    connection.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(
+        temporary, table))
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+            temporary, names)) as copy:
         for row in rows:
             copy.write_row(row)
-    return len(rows)
+    return _Stage(temporary, table, names)
 
 
 def _json(value: Mapping[str, Any]) -> str:
@@ -351,13 +369,14 @@ def publish_results(store: Store, rows: list[dict[str, Any]], published_at: date
     with store.connect() as connection:
         ensure_schema(connection, store)
         with connection.transaction():
+            stage = _stage(connection, store.table(PUBLISHED), [*columns, EPOCH],
+                           [(*(row.get(c) for c in columns), epoch) for row in rows])
             if fence is not None:
                 check_fence(connection, store, fence)
             connection.execute(sql.SQL("SELECT version FROM {} WHERE store = %s FOR UPDATE")
                                .format(store.table(PUBLICATION)), (SERVING,))
             connection.execute(sql.SQL("DELETE FROM {}").format(store.table(PUBLISHED)))
-            _copy(connection, store.table(PUBLISHED), [*columns, EPOCH],
-                  [(*(row.get(c) for c in columns), epoch) for row in rows])
+            stage.move(connection)
             version = connection.execute(
                 sql.SQL("UPDATE {} SET version = version + 1, published_at = %s "
                         "WHERE store = %s RETURNING version").format(store.table(PUBLICATION)),
