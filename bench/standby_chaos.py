@@ -26,6 +26,11 @@ leader's latest gold; then both stop (SIGTERM), and:
   key, every column but ``computed_at``, sketches by what they hold, doubles to 9
   significant digits;
 - ``replica_mismatched_keys``: each replica's own serving view against the same oracle;
+- ``final_mismatched_keys``: after ``batch --all`` on both replicas (the leader's writes
+  the store), and again after ``abstream standby handover`` made the other replica the
+  leader (its first write rewrites every window from its own tables), the store's rows
+  against the crash-free run's after ``batch --all``: the final numbers do not depend on
+  which replica leads;
 - ``stale_writes``: store writes (``store_writes``) whose epoch is older than a lease
   granted before them (``standby_grants``; one sequence orders both);
 - ``epoch_went_back``: a grant whose epoch is not above the one before, or a write whose
@@ -56,6 +61,7 @@ from psycopg.rows import dict_row
 from pyspark.sql import SparkSession
 from tests.helpers import comparable_view_row
 
+from abstream.batch.layer import BatchRequest, run_batch
 from abstream.io.deltalog import DeltaLogReader
 from abstream.io.input_position import InputPosition
 from abstream.io.lease import GRANTS, ReplicaReport, replica_reports
@@ -109,6 +115,9 @@ class StandbySettings:
     #: Strike them in the order of ``kinds`` (else in a seeded random order).
     ordered: bool = False
     store_write_every: str = "2 seconds"
+    #: At the end, ``batch --all`` on both replicas, then a handover: the store's final
+    #: rows as each leader wrote them, against a crash-free ``batch --all``.
+    batch: bool = True
 
 
 @dataclass(frozen=True)
@@ -311,6 +320,28 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
     return fault
 
 
+def strike_all(settings: StandbySettings, rng: random.Random, pair: Pair, watch: Watch, *
+               server: LocalPostgres, generator: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """Every fault, each once the pair has settled and a random wait has passed."""
+    faults: list[dict[str, Any]] = []
+    kinds = [settings.kinds[i % len(settings.kinds)] for i in range(settings.faults)]
+    if not settings.ordered:
+        rng.shuffle(kinds)
+    for number, drawn in enumerate(kinds, 1):
+        settled(watch, pair)
+        time.sleep(rng.uniform(*settings.wait))
+        leader, epoch = settled(watch, pair)
+        generating = generator.poll() is None
+        # Once the input is complete, no write comes for a kill to follow.
+        kind = "kill_leader" if drawn == "kill_after_write" and not generating else drawn
+        log.info("fault %d/%d: %s (%s leads with epoch %d%s)", number, len(kinds), kind,
+                 leader, epoch, "" if generating else "; input complete")
+        pauses = sum(f["kind"] == "pause_leader" for f in faults)
+        faults.append(strike(kind, pair, watch, server, settings=settings, leader=leader,
+                             epoch=epoch, aim_at_write=generating and pauses % 2 == 1))
+    return faults
+
+
 def drained(watch: Watch, pair: Pair, total: int) -> None:
     """Wait until both replicas have read all ``total`` input units, have no lag, and the
     store holds the leader's latest gold."""
@@ -413,26 +444,13 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         generator = start_generator(side, chaos, broker)
         for replica in REPLICAS:
             pair.start(replica)
-        faults: list[dict[str, Any]] = []
-        kinds = [settings.kinds[i % len(settings.kinds)] for i in range(settings.faults)]
-        if not settings.ordered:
-            rng.shuffle(kinds)
-        for number, drawn in enumerate(kinds, 1):
-            settled(watch, pair)
-            time.sleep(rng.uniform(*settings.wait))
-            leader, epoch = settled(watch, pair)
-            generating = generator.poll() is None
-            # Once the input is complete, no write comes for a kill to follow.
-            kind = "kill_leader" if drawn == "kill_after_write" and not generating else drawn
-            log.info("fault %d/%d: %s (%s leads with epoch %d%s)", number, len(kinds), kind,
-                     leader, epoch, "" if generating else "; input complete")
-            pauses = sum(f["kind"] == "pause_leader" for f in faults)
-            faults.append(strike(kind, pair, watch, server, settings=settings, leader=leader,
-                                 epoch=epoch, aim_at_write=generating and pauses % 2 == 1))
+        faults = strike_all(settings, rng, pair, watch, server=server, generator=generator)
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {side.logs}")
         log.info("input complete: waiting for both replicas and the store to catch up")
         drained(watch, pair, input_units(side, settings.events))
+        served_speed = store_rows(store)
+        finals = batch_and_handover(side, pair, watch) if settings.batch else None
         pair.stop()
         stream_seconds = round(time.monotonic() - began, 1)
         crash_free = Side("crash-free", settings.work, settings.source, broker)
@@ -441,9 +459,15 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
             log.info("crash-free single run over the same records")
             run_once(ctx, pipeline_components(ctx.config))
             oracle = view_rows(ctx.spark, crash_free.layout, crash_free)
+            served = key_differences(oracle, served_speed)
+            if finals is not None:
+                log.info("crash-free batch --all")
+                run_batch(ctx, BatchRequest("all"))
+                oracle = view_rows(ctx.spark, crash_free.layout, crash_free)
+                final = {leader: key_differences(oracle, rows)
+                         for leader, rows in finals.rows.items()}
             replicas = {replica: key_differences(oracle, view_rows(
                 ctx.spark, Layout.of(side.data_dir, replica), side)) for replica in REPLICAS}
-        served = key_differences(oracle, store_rows(store))
         fencing = fencing_record(store)
     failovers = [f["failover_seconds"] for f in faults if "failover_seconds" in f]
     paused = [f["stepped_down_after_cont_seconds"] for f in faults
@@ -465,6 +489,11 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
                                     for r, d in replicas.items()},
         "grants": fencing["grants"],
         "store_writes": fencing["writes"],
+        **({} if finals is None else {
+            "final_mismatched_keys": {leader: d["lost_keys"] + d["extra_keys"]
+                                      + d["mismatched_keys"] for leader, d in final.items()},
+            "final_keys": next(iter(final.values()))["keys"],
+            "handover": finals.handover}),
         "fault_counts": dict(Counter(f["kind"] for f in faults)),
         "fault_log": faults,
         "seconds": round(time.monotonic() - began, 1),
@@ -477,11 +506,43 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Finals:
+    """The store's rows after the batch layer ran on both replicas, as each leader wrote
+    them (the leader then, and the other after a handover), and the handover's figures."""
+
+    rows: dict[str, dict[str, list[dict]]]
+    handover: dict[str, Any]
+
+
+def batch_and_handover(side: Side, pair: Pair, watch: Watch) -> Finals:
+    """``batch --all`` on each replica (the leader's also writes the store), then
+    ``standby handover``: the store's rows as written by each leader."""
+    rows: dict[str, dict[str, list[dict]]] = {}
+    lease = watch.lease()
+    assert lease is not None and lease[0] is not None
+    leader, epoch = lease
+    for replica in (leader, *(r for r in REPLICAS if r != leader)):
+        log.info("batch --all on replica %s", replica)
+        side.run(f"batch-{replica}", "batch", "--all", "--replica", replica)
+    rows[leader] = store_rows(watch.store)
+    began = time.monotonic()
+    side.run("handover", "standby", "handover")
+    seconds = failover(watch, pair, epoch, began)
+    lease = watch.lease()
+    assert lease is not None and lease[0] is not None and lease[0] != leader
+    rows[lease[0]] = store_rows(watch.store)
+    log.info("handover from %s to %s: first write of epoch %d after %.1f s", leader, lease[0],
+             lease[1], seconds)
+    return Finals(rows, {"from": leader, "to": lease[0], "first_write_seconds": round(seconds, 2)})
+
+
 def passed(result: dict[str, Any], step_down: float = 6.0) -> bool:
     """Nothing lost, doubled or stale; every paused leader stepped down in time."""
     return (result["stale_writes"] == result["lost_keys"] == result["mismatched_keys"]
             == result["extra_keys"] == result["epoch_went_back"] == 0
             and not any(result["replica_mismatched_keys"].values())
+            and not any(result.get("final_mismatched_keys", {}).values())
             and all(s is not None and s <= step_down
                     for s in result["paused_leader_stepped_down_after_cont_seconds"]))
 

@@ -17,7 +17,7 @@ def test_failovers_lose_double_and_let_through_nothing(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     result = run_standby_chaos(StandbySettings(
         work=tmp_path, faults=2, events=1_000, rate=10.0, wait=(0.5, 2.0),
-        kinds=("pause_leader", "kill_after_write"), ordered=True))
+        kinds=("pause_leader", "kill_after_write"), ordered=True, batch=False))
     assert result["fault_counts"] == {"pause_leader": 1, "kill_after_write": 1}
     assert result["failovers"] == 2, "the paused and the killed leader were replaced"
     assert result["max_failover_seconds"] <= 30.0 * 1.5, "lease + 2 triggers + a micro-batch"

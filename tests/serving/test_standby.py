@@ -148,6 +148,10 @@ def test_a_handover_ends_the_lease_at_once_and_the_other_replica_takes_it(postgr
     assert _grant(store, "a", settings) == (
         None, "it handed the lease over; the others have one lease to take it")
     assert _grant(store, "b", settings) == (2, "granted")
+    with store.connect() as connection:
+        release(connection, store, Fence("a", 1))  # a stopping replica that lost it
+        lease = read_lease(connection, store)
+    assert (lease.holder, lease.epoch, lease.live) == ("b", 2, True), "b's lease stays"
 
 
 def test_a_writer_paused_inside_its_transaction_does_not_hold_a_takeover_up(postgres) -> None:

@@ -177,11 +177,13 @@ def renew(connection: psycopg.Connection, store: Store, fence: Fence,
     return row is not None
 
 
-def release(connection: psycopg.Connection, store: Store) -> Lease:
-    """End the live lease now, for its holder to hand over (the lease before it ended)."""
+def release(connection: psycopg.Connection, store: Store, fence: Fence | None = None
+            ) -> Lease:
+    """End the live lease now, for its holder to hand over; with ``fence``, only when it
+    is still that fence's. The lease before it ended."""
     with connection.transaction():
         lease = _lease(connection, store, "FOR UPDATE")
-        if lease.live:
+        if lease.live and (fence is None or lease.fences(fence)):
             connection.execute(sql.SQL(
                 "UPDATE {} SET expires_at = now(), handover_from = holder, "
                 "released_at = now() WHERE store = %s").format(store.table(LEASE)), (SERVING,))

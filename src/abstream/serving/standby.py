@@ -108,10 +108,11 @@ class Standby:
     def stop(self) -> None:
         """Stop the loop; a leader hands the lease over, so a standby takes it at once."""
         self._periodic.stop()
-        if self.leadership.fence() is not None:
+        fence = self.leadership.fence()
+        if fence is not None:
             try:
                 with self.connection.use() as connection:
-                    release(connection, self.store)
+                    release(connection, self.store, fence)
                 self.leadership.lost("it is stopping; the lease was handed over")
             except AbstreamError as exc:
                 log.warning("replica %s could not hand the lease over: %s", self.replica, exc)
