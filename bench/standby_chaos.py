@@ -320,7 +320,7 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
     return fault
 
 
-def strike_all(settings: StandbySettings, rng: random.Random, pair: Pair, watch: Watch, *
+def strike_all(settings: StandbySettings, rng: random.Random, pair: Pair, watch: Watch, *,
                server: LocalPostgres, generator: subprocess.Popen[str]) -> list[dict[str, Any]]:
     """Every fault, each once the pair has settled and a random wait has passed."""
     faults: list[dict[str, Any]] = []
@@ -450,6 +450,7 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         log.info("input complete: waiting for both replicas and the store to catch up")
         drained(watch, pair, input_units(side, settings.events))
         served_speed = store_rows(store)
+        epochs = sorted({row["epoch"] for rows in served_speed.values() for row in rows})
         finals = batch_and_handover(side, pair, watch) if settings.batch else None
         pair.stop()
         stream_seconds = round(time.monotonic() - began, 1)
@@ -488,6 +489,8 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         "replica_mismatched_keys": {r: d["lost_keys"] + d["extra_keys"] + d["mismatched_keys"]
                                     for r, d in replicas.items()},
         "grants": fencing["grants"],
+        "last_epoch": fencing["last_epoch"],
+        "row_epochs": epochs,
         "store_writes": fencing["writes"],
         **({} if finals is None else {
             "final_mismatched_keys": {leader: d["lost_keys"] + d["extra_keys"]

@@ -145,18 +145,3 @@ def postgres() -> Iterator[LocalPostgres]:
     server = LocalPostgres(POSTGRES_PASSWORD).start()
     yield server
     server.remove()
-
-
-@pytest.fixture
-def listening(spark):
-    """A function that gives a context the progress listener ``run_once`` waits on."""
-    attached = []
-
-    def listen(ctx: Context) -> Context:
-        listener = ProgressListener(ctx.stats)
-        spark.streams.addListener(listener)
-        attached.append(listener)
-        return ctx
-    yield listen
-    for listener in attached:
-        spark.streams.removeListener(listener)

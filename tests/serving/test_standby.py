@@ -24,7 +24,6 @@ from psycopg import sql
 
 from abstream.config import Config, StandbySettings
 from abstream.errors import ConfigError
-from abstream.generator.write import GeneratorSettings, generate
 from abstream.io.input_position import FILES, InputPosition, PositionReader
 from abstream.io.lease import (
     GRANTS,
@@ -45,9 +44,6 @@ from abstream.serving.standby import Leadership, holder_fence
 from abstream.serving.store import StoreWriter
 from abstream.serving.store_schema import ensure_schema
 from abstream.serving.view import serving_view
-from abstream.speed import Context, pipeline_components
-from abstream.speed.progress import RunStats
-from abstream.speed.runner import run_once
 from tests.helpers import (
     WITHOUT_SPARK,
     comparable_view_row,
@@ -207,11 +203,6 @@ def test_run_as_a_replica_without_the_postgres_store_is_one_line(tmp_path: Path)
                                    "PostgreSQL serving store: set serving.store: postgres")
 
 
-def _replica(spark, data: Path, postgres, schema: str, name: str) -> Context:
-    config = make_config(data, serving=store_settings(postgres, schema)).for_replica(name)
-    return Context(spark, config, Layout.of_config(config), RunStats())
-
-
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     return row["experiment_id"], row["variant"], row["population"], row["window_start"]
 
@@ -231,20 +222,18 @@ def _stored(store: Store) -> dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]]:
 
 
 def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_epoch(
-        spark, tmp_path: Path, postgres, listening) -> None:
+        spark, beacons_run, postgres) -> None:
+    """Two replicas' writers over equal tables (the shared beacons run's, read only)."""
     schema = "t_" + uuid.uuid4().hex[:12]
-    a, b = (listening(_replica(spark, tmp_path, postgres, schema, name)) for name in "ab")
-    generate(GeneratorSettings(events=600, seed=5, file_events=200, late_rate=0.0),
-             Path(a.layout.landing))
-    for ctx in (a, b):
-        run_once(ctx, pipeline_components(ctx.config))
-        assert PositionReader(ctx.layout, ctx.config).read() == InputPosition({FILES: 3})
-    store = Store(a.config.serving.postgres)
-    writers = {ctx.config.replica: StoreWriter(spark, ctx.layout, ctx.config, "speed")
-               for ctx in (a, b)}
-    lease = a.config.standby
+    config = make_config(Path(beacons_run.layout.root),
+                         serving=store_settings(postgres, schema))
+    writers = {name: StoreWriter(spark, beacons_run.layout, config.for_replica(name), "speed")
+               for name in "ab"}
+    store, lease = writers["a"].store, config.standby
+    position = PositionReader(beacons_run.layout, config).read()
+    assert position == InputPosition({FILES: 2}), "the beacons run's two landing files"
     assert holder_fence(store, "a", lease) is None
-    assert _grant(store, "a", lease, InputPosition({FILES: 3}))[0] == 1
+    assert _grant(store, "a", lease, position)[0] == 1
     assert holder_fence(store, "a", lease) == Fence("a", 1)
     assert writers["a"].write(fence=Fence("a", 1)).windows is None
     by_a = _stored(store)
@@ -256,16 +245,16 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
 
     with store.connect() as connection:
         release(connection, store)
-    assert _grant(store, "b", lease, InputPosition({FILES: 3}))[0] == 2
+    assert _grant(store, "b", lease, position)[0] == 2
     written = writers["b"].write(fence=Fence("b", 2))
     assert written.windows is None, "another replica's tables: every window is rewritten"
     by_b = _stored(store)
     assert {epoch for epoch, _ in by_b.values()} == {2}
-    assert {k: v for k, (_, v) in by_b.items()} == {k: v for k, (_, v) in by_a.items()}, \
-        "both replicas computed the same numbers"
-    view = {_key(r): _values(r)
-            for r in serving_view(spark, b.layout, None).toArrow().to_pylist()}
+    assert {k: v for k, (_, v) in by_b.items()} == {k: v for k, (_, v) in by_a.items()}
+    view = {_key(r): _values(r) for r in
+            serving_view(spark, beacons_run.layout, None).toArrow().to_pylist()}
     assert {k: v for k, (_, v) in by_b.items()} == view
+    assert writers["b"].write(fence=Fence("b", 2)) is None, "nothing new: nothing written"
     with pytest.raises(Fenced):
         writers["a"].write(fence=Fence("a", 1))
 

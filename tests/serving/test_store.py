@@ -26,7 +26,7 @@ from abstream.serving.store_schema import VIEW_TABLES
 from abstream.serving.store_sync import StoreSync, write_store
 from abstream.serving.view import definitions_view, serving_view
 from abstream.speed import Context, pipeline_components
-from abstream.speed.progress import RunStats
+from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
 from tests.helpers import comparable_view_row, make_config, store_settings, wait_until
 
@@ -36,6 +36,21 @@ def _context(spark, tmp_path: Path, postgres, **serving: Any) -> Context:
     config = make_config(tmp_path / "data", serving=store_settings(postgres, schema, **serving),
                          run={"restart_backoff": "0.2 s", "restart_backoff_max": "1 s"})
     return Context(spark, config, Layout.of(tmp_path / "data"), RunStats())
+
+
+@pytest.fixture
+def listening(spark):
+    """A function that gives a context the progress listener ``run_once`` waits on."""
+    attached = []
+
+    def listen(ctx: Context) -> Context:
+        listener = ProgressListener(ctx.stats)
+        spark.streams.addListener(listener)
+        attached.append(listener)
+        return ctx
+    yield listen
+    for listener in attached:
+        spark.streams.removeListener(listener)
 
 
 def _land(ctx: Context, seed: int, days_later: int) -> None:
