@@ -73,6 +73,7 @@ from abstream.serving.view import definitions_view, serving_view
 from abstream.speed import pipeline_components
 from abstream.speed.runner import pipeline, run_once
 from bench.chaos import (
+    STORE_WRITE_WAIT,
     ChaosSettings,
     Side,
     feed_crash_free,
@@ -278,8 +279,12 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
         if kind == "kill_after_write":
             write = watch.last_write()
             assert write is not None
-            watch.until("a store write", lambda: (w := watch.last_write()) is not None
-                        and w[0] > write[0], 60.0, pair, every=0.005)
+            try:
+                watch.until("a store write", lambda: (w := watch.last_write()) is not None
+                            and w[0] > write[0], STORE_WRITE_WAIT, pair, every=0.005)
+                fault["aimed_at"] = "a store write just committed"
+            except RuntimeError:
+                fault["aimed_at"] = f"no store write within {STORE_WRITE_WAIT:.0f} s"
             began = time.monotonic()
         pair.kill(leader)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)
@@ -289,10 +294,11 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
         process, log_file = pair.processes[leader], pair.logs[leader][-1]
         if aim_at_write:
             try:
-                watch.until("a store transaction", watch.write_open, 60.0, pair, every=0.002)
+                watch.until("a store transaction", watch.write_open, STORE_WRITE_WAIT, pair,
+                            every=0.002)
                 fault["aimed_at"] = "a store transaction"
             except RuntimeError:
-                fault["aimed_at"] = "none came within 60 s"
+                fault["aimed_at"] = f"no store transaction within {STORE_WRITE_WAIT:.0f} s"
         os.killpg(process.pid, signal.SIGSTOP)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)
         time.sleep(max(0.0, settings.pause - (time.monotonic() - began)))

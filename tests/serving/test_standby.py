@@ -181,6 +181,12 @@ def test_a_leader_steps_down_on_its_own_clock(caplog: pytest.LogCaptureFixture) 
         in caplog.text
     assert leadership.epoch_seen == 3
 
+    leadership.granted(5, asked_at=now[0])
+    leadership.lost("a write of epoch 3 was refused", Fence("a", 3))
+    assert leadership.fence() == Fence("a", 5), "an older epoch's refusal leaves epoch 5 alone"
+    leadership.lost("a write of epoch 5 was refused", Fence("a", 5))
+    assert leadership.fence() is None
+
 
 def test_a_replica_has_its_own_tables_checkpoints_and_topics(tmp_path: Path) -> None:
     config = make_config(tmp_path).for_replica("b")
@@ -229,7 +235,9 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
                          serving=store_settings(postgres, schema))
     writers = {name: StoreWriter(spark, beacons_run.layout, config.for_replica(name), "speed")
                for name in "ab"}
-    store, lease = writers["a"].store, config.standby
+    # A lease that outlasts a slow write: nobody renews it here.
+    store = writers["a"].store
+    lease = config.standby.model_copy(update={"lease": timedelta(minutes=5)})
     position = PositionReader(beacons_run.layout, config).read()
     assert position == InputPosition({FILES: 2}), "the beacons run's two landing files"
     assert holder_fence(store, "a", lease) is None

@@ -72,9 +72,11 @@ class Leadership:
         with self._lock:
             self._renewed = max(self._renewed, asked_at)
 
-    def lost(self, why: str) -> None:
+    def lost(self, why: str, fence: Fence | None = None) -> None:
+        """Step down; with ``fence``, only while leading with it (a write of an older epoch
+        refused after this replica took the lease again leaves the newer one alone)."""
         with self._lock:
-            if self._fence is not None:
+            if self._fence is not None and (fence is None or fence == self._fence):
                 self._step_down(why)
 
     def _step_down(self, why: str) -> None:

@@ -69,7 +69,7 @@ class StoreSync:
             written = self.writer.write(fence=fence)
         except Fenced as exc:
             assert self.leadership is not None
-            self.leadership.lost(str(exc))
+            self.leadership.lost(str(exc), exc.fence)
             return None
         except WRITE_ERRORS as exc:
             self.failures += 1
