@@ -457,6 +457,7 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         drained(watch, pair, input_units(side, settings.events))
         served_speed = store_rows(store)
         epochs = sorted({row["epoch"] for rows in served_speed.values() for row in rows})
+        drain_epoch = (watch.lease() or (None, None))[1]
         finals = batch_and_handover(side, pair, watch) if settings.batch else None
         pair.stop()
         stream_seconds = round(time.monotonic() - began, 1)
@@ -497,6 +498,7 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         "grants": fencing["grants"],
         "last_epoch": fencing["last_epoch"],
         "row_epochs": epochs,
+        "drain_epoch": drain_epoch,
         "store_writes": fencing["writes"],
         **({} if finals is None else {
             "final_mismatched_keys": {leader: d["lost_keys"] + d["extra_keys"]
