@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -80,24 +81,23 @@ class StandbyStatus:
         return "\n".join([head, store, "", replicas])
 
 
-def _no_lease(exc: StoreError) -> bool:
-    return isinstance(exc.cause, psycopg.errors.UndefinedTable)
-
-
 NO_LEASE = "the serving store holds no lease yet: start replicas with abstream run --replica NAME"
 
 
-def standby_status(store: Store) -> StandbyStatus:
+@contextmanager
+def _lease_connection(store: Store) -> Iterator[psycopg.Connection]:
+    """A connection to the store; a store without the lease's tables is one line."""
     try:
-        return _status(store)
+        with store.connect() as connection:
+            yield connection
     except StoreError as exc:
-        if _no_lease(exc):
+        if isinstance(exc.cause, psycopg.errors.UndefinedTable):
             raise UsageError(NO_LEASE) from None
         raise
 
 
-def _status(store: Store) -> StandbyStatus:
-    with store.connect() as connection:
+def standby_status(store: Store) -> StandbyStatus:
+    with _lease_connection(store) as connection:
         lease = read_lease(connection, store)
         left = connection.execute("SELECT extract(epoch FROM %s - now())",
                                   (lease.expires_at,)).fetchone()[0]
@@ -133,13 +133,8 @@ def handover(store: Store, settings: StandbySettings, wait: bool = True) -> Hand
     """Make the leader step down now (it writes nothing more from this moment); with
     ``wait``, wait up to one lease for another replica to take the lease."""
     began = time.monotonic()
-    try:
-        with store.connect() as connection:
-            released = release(connection, store)
-    except StoreError as exc:
-        if _no_lease(exc):
-            raise UsageError(NO_LEASE) from None
-        raise
+    with _lease_connection(store) as connection:
+        released = release(connection, store)
     if not released.live:
         raise UsageError("no replica holds the serving lease: there is nothing to hand over")
     log.info("%s released the lease of epoch %d", released.holder, released.epoch)
