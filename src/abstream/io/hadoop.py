@@ -21,10 +21,14 @@ class HadoopFiles:
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._path(path)))
 
-    def modified_ms(self, path: str) -> int:
-        """When ``path`` was last modified (epoch milliseconds; a folder's entries
-        added or removed count)."""
-        return int(self._fs.getFileStatus(self._path(path)).getModificationTime())
+    def last_change_ms(self, folder: str) -> int:
+        """When ``folder`` or any entry in it last changed (epoch milliseconds; entries
+        added or removed count). The entries' times come with their listing, so an entry
+        renamed or removed meanwhile is no error."""
+        folder_path = self._path(folder)
+        return max([int(self._fs.getFileStatus(folder_path).getModificationTime()),
+                    *(int(status.getModificationTime())
+                      for status in self._fs.listStatus(folder_path))])
 
     def names(self, folder: str) -> list[str]:
         """The names in ``folder``; none when it does not exist."""

@@ -130,9 +130,7 @@ def _clear_interrupted_creation(spark: SparkSession, spec: TableSpec, path: str)
             raise UsageError(f"the {spec.name} table at {path} has commits staged but none "
                              "published, which abstream does not write: restore the table "
                              "from a backup, or move it away to start it anew")
-        changed = max(files.modified_ms(place) for place in
-                      [delta_log, *(posixpath.join(delta_log, name) for name in entries)])
-        if time.time() * 1000 - changed >= CREATION_SECONDS * 1000:
+        if time.time() * 1000 - files.last_change_ms(delta_log) >= CREATION_SECONDS * 1000:
             _remove_empty_log(files, spec, path, entries)
             return
         time.sleep(0.2)
