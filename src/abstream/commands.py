@@ -115,7 +115,8 @@ def _run_continuously(ctx: Context, components: list[Component], stop: threading
                 return exporter.lag.system_lag(exporter.lag.rows())
 
             beside.append(Standby(sync.writer.store, ctx.layout, config, leadership,
-                                  lag=system_lag, on_lead=sync.wake))
+                                  lag=system_lag, on_lead=sync.wake,
+                                  on_leader_late=sync.prepare))
             exporter.registry.register(StandbyCollector(
                 leadership.replica, lambda: (leadership.leading, leadership.epoch_seen),
                 system_lag))

@@ -27,6 +27,7 @@ from abstream.errors import ConfigError
 from abstream.io.input_position import FILES, InputPosition, PositionReader
 from abstream.io.lease import (
     GRANTS,
+    LEASE,
     Fence,
     Fenced,
     acquire,
@@ -40,7 +41,7 @@ from abstream.io.postgres import PROGRESS, SERVING, Store
 from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
 from abstream.monitor.standby import StandbyCollector
-from abstream.serving.standby import Leadership, holder_fence
+from abstream.serving.standby import Leadership, Standby, holder_fence
 from abstream.serving.store import StoreWriter
 from abstream.serving.store_schema import ensure_schema
 from abstream.serving.view import serving_view
@@ -71,7 +72,8 @@ NOTHING_READ = InputPosition({})
 def _grant(store: Store, replica: str, settings: StandbySettings = SHORT,
            position: InputPosition = NOTHING_READ) -> tuple[int | None, str]:
     with store.connect() as connection:
-        return acquire(connection, store, replica, settings, position)
+        epoch, why, _ = acquire(connection, store, replica, settings, position)
+    return epoch, why
 
 
 def _fence_holds(store: Store, fence: Fence) -> bool:
@@ -188,6 +190,32 @@ def test_a_leader_steps_down_on_its_own_clock(caplog: pytest.LogCaptureFixture) 
     assert leadership.fence() is None
 
 
+def _lease_runs_out_in(store: Store, seconds: float) -> None:
+    with store.connect() as connection:
+        connection.execute(sql.SQL("UPDATE {} SET expires_at = now() + %s WHERE store = %s")
+                           .format(store.table(LEASE)), (timedelta(seconds=seconds), SERVING))
+
+
+def test_a_standby_prepares_its_first_write_once_each_time_the_leader_is_late(
+        postgres, tmp_path: Path) -> None:
+    """More than one and a half renewals (3 s) without one: the lease has less than 7 s of
+    its 10 left."""
+    store = _store(postgres)
+    config = make_config(tmp_path, serving=store_settings(postgres, store.schema),
+                         replica="b")
+    late: list[float] = []
+    standby = Standby(store, Layout.of_config(config), config,
+                      Leadership("b", config.standby), lag=lambda: None,
+                      on_lead=lambda: None, on_leader_late=lambda: late.append(1))
+    assert _grant(store, "a", config.standby)[0] == 1
+    for seconds_left, calls in ((10, 0), (7.5, 0), (6.5, 1), (3, 1), (9.8, 1), (5, 2)):
+        _lease_runs_out_in(store, seconds_left)
+        standby.tick()
+        assert len(late) == calls, f"{seconds_left} s left"
+    assert not standby.leadership.leading
+    standby.connection.close()
+
+
 def test_a_replica_has_its_own_tables_checkpoints_and_topics(tmp_path: Path) -> None:
     config = make_config(tmp_path).for_replica("b")
     layout = Layout.of_config(config)
@@ -241,6 +269,8 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
     position = PositionReader(beacons_run.layout, config).read()
     assert position == InputPosition({FILES: 2}), "the beacons run's two landing files"
     assert holder_fence(store, "a", lease) is None
+    stale = writers["b"].prepare()
+    assert stale is not None, "the store is empty: b can prepare its first write"
     assert _grant(store, "a", lease, position)[0] == 1
     assert holder_fence(store, "a", lease) == Fence("a", 1)
     assert writers["a"].write(fence=Fence("a", 1)).windows is None
@@ -249,12 +279,16 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
 
     with pytest.raises(Fenced):
         writers["b"].write(fence=Fence("b", 1))
-    assert _stored(store) == by_a, "a refused write changes nothing"
+    prepared = writers["b"].prepare()
+    assert _stored(store) == by_a, "a refused write and a prepared one change nothing"
 
     with store.connect() as connection:
         release(connection, store)
     assert _grant(store, "b", lease, position)[0] == 2
-    written = writers["b"].write(fence=Fence("b", 2))
+    assert writers["b"].write(fence=Fence("b", 2), prepared=stale) is None, \
+        "prepared before a wrote: stale, nothing written"
+    assert _stored(store) == by_a
+    written = writers["b"].write(fence=Fence("b", 2), prepared=prepared)
     assert written.windows is None, "another replica's tables: every window is rewritten"
     by_b = _stored(store)
     assert {epoch for epoch, _ in by_b.values()} == {2}
@@ -265,6 +299,9 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
     assert writers["b"].write(fence=Fence("b", 2)) is None, "nothing new: nothing written"
     with pytest.raises(Fenced):
         writers["a"].write(fence=Fence("a", 1))
+    assert writers["a"].prepare() is not None
+    _published(store, "b", {FILES: 3})
+    assert writers["a"].prepare() is None, "behind the store's last write: not prepared"
 
 
 def _standby_cli(postgres: LocalPostgres, schema: str, *arguments: str

@@ -116,12 +116,10 @@ def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_ca
     # windows the new gold increments touch are written again; the store equals the view.
     _land(ctx, 2, 2)
     run_once(ctx, components)
-    stale = StoreWriter(spark, ctx.layout, ctx.config, "speed")
-    held, target = stale._held()[0], stale._latest()
-    windows = stale.changed_windows(held, target)
-    rows = stale._view_rows(target, windows)
+    stale = StoreWriter(spark, ctx.layout, ctx.config, "speed").prepare()
+    assert stale is not None
     second = writer.write()
-    assert second is not None and second.windows == windows
+    assert second is not None and second.windows == stale.windows
     assert second.windows[0] > DEFAULT_START + timedelta(hours=12)
     total = _count(store, "experiment_metrics") + _count(store, "definition_metrics")
     assert 0 < second.rows < total
@@ -132,8 +130,8 @@ def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_ca
 
     # The same write again, computed before the other writer's committed: refused in its
     # transaction, the store keeps the rows it has.
-    assert stale._commit(held, target, windows, rows, {}) is None
-    assert stale.write() is None, "the state it computed is the store's already"
+    assert writer.write(prepared=stale) is None
+    assert writer.write() is None, "the state it computed is the store's already"
     assert _differences(ctx, store) == []
 
     # The batch layer's write replaces every window: its rows are final.

@@ -63,6 +63,8 @@ class Lease:
     live: bool
     handover_from: str | None
     handover_pending: bool
+    #: Seconds until it runs out by the database's clock (None when it is not live).
+    seconds_left: float | None = None
 
     def fences(self, fence: Fence) -> bool:
         """Whether a write carrying ``fence`` may go on."""
@@ -110,9 +112,11 @@ def _lease(connection: psycopg.Connection, store: Store, lock: str,
            exclude_window: timedelta = timedelta(0)) -> Lease:
     row = connection.execute(sql.SQL(
         "SELECT holder, epoch, expires_at, coalesce(expires_at > now(), false), "
-        "handover_from, coalesce(released_at + %s > now(), false) FROM {} WHERE store = %s "
-        + lock).format(store.table(LEASE)), (exclude_window, SERVING)).fetchone()
-    return Lease(*row)
+        "handover_from, coalesce(released_at + %s > now(), false), "
+        "CASE WHEN expires_at > now() THEN extract(epoch FROM expires_at - now()) END "
+        "FROM {} WHERE store = %s " + lock).format(store.table(LEASE)),
+        (exclude_window, SERVING)).fetchone()
+    return Lease(*row[:6], None if row[6] is None else float(row[6]))
 
 
 def read_lease(connection: psycopg.Connection, store: Store) -> Lease:
@@ -132,25 +136,27 @@ def check_fence(connection: psycopg.Connection, store: Store, fence: Fence) -> N
 
 
 def acquire(connection: psycopg.Connection, store: Store, replica: str,
-            settings: StandbySettings, position: InputPosition) -> tuple[int | None, str]:
+            settings: StandbySettings, position: InputPosition
+            ) -> tuple[int | None, str, Lease]:
     """Take the lease for ``replica`` when it is free (expired or released), ``replica``
     did not just hand it over, and (``takeover: caught_up``) ``position`` is at or past the
-    position of the store's last write. The epoch granted, or None and why not."""
+    position of the store's last write. The epoch granted, or None and why not; and the
+    lease as it was found."""
     with connection.transaction():
         connection.execute("SELECT set_config('lock_timeout', %s, true)",
                            (f"{int(settings.renew.total_seconds() * 1000)}ms",))
         lease = _lease(connection, store, "FOR UPDATE", settings.lease)
         if lease.live:
-            return None, f"{lease.holder} holds epoch {lease.epoch}"
+            return None, f"{lease.holder} holds epoch {lease.epoch}", lease
         if lease.handover_from == replica and lease.handover_pending:
-            return None, "it handed the lease over; the others have one lease to take it"
+            return None, "it handed the lease over; the others have one lease to take it", lease
         row = connection.execute(sql.SQL("SELECT position, replica FROM {} WHERE store = %s")
                                  .format(store.table(PROGRESS)), (SERVING,)).fetchone()
         published = InputPosition.from_json(row[0])
         if settings.takeover == "caught_up" and row[1] != replica \
                 and not position.at_or_past(published):
             return None, (f"its input position ({position}) is {position.behind(published):,} "
-                          f"behind the store's last write ({published})")
+                          f"behind the store's last write ({published})"), lease
         epoch = connection.execute(sql.SQL(
             "UPDATE {} SET holder = %s, epoch = epoch + 1, expires_at = now() + %s, "
             "acquired_at = now(), renewed_at = now(), handover_from = NULL, "
@@ -161,7 +167,7 @@ def acquire(connection: psycopg.Connection, store: Store, replica: str,
             "VALUES (%s, %s, %s, %s, %s, %s)").format(store.table(GRANTS)),
             (next_order(connection, store), epoch, replica, json.dumps(position.to_json()),
              None if published is None else json.dumps(published.to_json()), lease.holder))
-    return int(epoch), "granted"
+    return int(epoch), "granted", lease
 
 
 def renew(connection: psycopg.Connection, store: Store, fence: Fence,

@@ -99,13 +99,11 @@ def _lease_connection(store: Store) -> Iterator[psycopg.Connection]:
 def standby_status(store: Store) -> StandbyStatus:
     with _lease_connection(store) as connection:
         lease = read_lease(connection, store)
-        left = connection.execute("SELECT extract(epoch FROM %s - now())",
-                                  (lease.expires_at,)).fetchone()[0]
         written = connection.execute(sql.SQL(
             "SELECT replica, epoch, position, written_at FROM {} WHERE store = %s").format(
             store.table(PROGRESS)), (SERVING,)).fetchone()
         replicas = replica_reports(connection, store)
-    return StandbyStatus(lease, None if left is None or not lease.live else float(left),
+    return StandbyStatus(lease, lease.seconds_left,
                          written[0], written[1], InputPosition.from_json(written[2]),
                          written[3], replicas)
 

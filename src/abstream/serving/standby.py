@@ -23,7 +23,7 @@ from abstream.config import Config, StandbySettings
 from abstream.durations import spark_interval
 from abstream.errors import AbstreamError, first_line
 from abstream.io.input_position import PositionReader
-from abstream.io.lease import Fence, acquire, read_lease, release, renew, report
+from abstream.io.lease import Fence, Lease, acquire, read_lease, release, renew, report
 from abstream.io.postgres import KeptConnection, Store, configured_store
 from abstream.layout import Layout
 from abstream.periodic import Periodic
@@ -90,9 +90,12 @@ class Standby:
     """The lease loop of one replica, in a thread of its driver."""
 
     def __init__(self, store: Store, layout: Layout, config: Config, leadership: Leadership, *,
-                 lag: Callable[[], float | None], on_lead: Callable[[], None]) -> None:
+                 lag: Callable[[], float | None], on_lead: Callable[[], None],
+                 on_leader_late: Callable[[], None]) -> None:
         self.store, self.settings, self.replica = store, config.standby, leadership.replica
         self.leadership, self.lag, self.on_lead = leadership, lag, on_lead
+        self.on_leader_late = on_leader_late
+        self._leader_was_late = False
         self.positions = PositionReader(layout, config)
         self.connection = KeptConnection(store)
         self._schema_ready = False
@@ -133,11 +136,13 @@ class Standby:
                 if fence is not None:
                     self._renew(connection, fence, asked_at)
                 else:
-                    epoch, why = acquire(connection, self.store, self.replica, self.settings,
-                                         position)
+                    epoch, why, lease = acquire(connection, self.store, self.replica,
+                                                self.settings, position)
                     if epoch is not None:
                         self.leadership.granted(epoch, asked_at)
                         self.on_lead()
+                    elif self._leader_late(lease):
+                        self.on_leader_late()
                     elif why != self._waiting:
                         log.info("replica %s stands by: %s", self.replica, why)
                     self._waiting = "" if epoch is not None else why
@@ -154,6 +159,19 @@ class Standby:
             log.info("replica %s reaches the lease again", self.replica)
         self._failing = False
         return None
+
+    def _leader_late(self, lease: Lease) -> bool:
+        """Whether ``lease``'s holder has just become late: more than one and a half
+        ``standby.renew`` without a renewal (once per lateness; a renewal re-arms it)."""
+        settings = self.settings
+        late = lease.seconds_left is not None and lease.holder != self.replica \
+            and lease.seconds_left < (settings.lease - 1.5 * settings.renew).total_seconds()
+        became, self._leader_was_late = late and not self._leader_was_late, late
+        if became:
+            log.info("replica %s: %s has not renewed the lease of epoch %d for %.1f s; "
+                     "preparing the first write", self.replica, lease.holder, lease.epoch,
+                     settings.lease.total_seconds() - (lease.seconds_left or 0.0))
+        return became
 
     def _renew(self, connection: psycopg.Connection, fence: Fence, asked_at: float) -> None:
         if renew(connection, self.store, fence, self.settings):

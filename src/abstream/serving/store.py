@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,7 +42,7 @@ from abstream import topology
 from abstream.config import Config
 from abstream.io.checkpoint_log import CheckpointReader
 from abstream.io.deltalog import DeltaLogReader
-from abstream.io.input_position import PositionReader
+from abstream.io.input_position import InputPosition, PositionReader
 from abstream.io.lease import Fence, check_fence, next_order
 from abstream.io.postgres import (
     PROGRESS,
@@ -104,6 +104,23 @@ class Written:
     covers: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A write computed but not committed: the store's state it was computed against
+    (``held``, and the input position of that state's last write), the tables' state it
+    brings the store to, the windows it replaces and their rows; ``position`` the input
+    position to record (None: read when it commits)."""
+
+    held: Mark
+    published: InputPosition | None
+    target: Mark
+    windows: Windows | tuple[()]
+    rows: Mapping[str, list[tuple[Any, ...]]]
+    described: dict[str, Any]
+    began: float
+    position: InputPosition | None = None
+
+
 class StoreWriter:
     """Writes the serving view of the tables under ``layout`` into the store, as
     ``writer`` (``speed``: ``abstream run``; ``batch``: ``abstream batch``)."""
@@ -123,51 +140,86 @@ class StoreWriter:
         self.positions = PositionReader(layout, config)
         self._tables_ready = self._schema_ready = False
 
-    def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None
-              ) -> Written | None:
-        """Bring the store up to the Delta tables' latest versions; None when it was.
-        With ``fence`` (a replica's), only while its epoch is the lease's (``Fenced``
-        otherwise), and every row written carries its epoch."""
+    def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None,
+              prepared: Prepared | None = None) -> Written | None:
+        """Bring the store up to the Delta tables' latest versions (or to ``prepared``'s);
+        None when it was (or ``prepared`` is stale). With ``fence`` (a replica's), only
+        while its epoch is the lease's (``Fenced`` otherwise), and every row written
+        carries its epoch."""
         try:
-            return self._write(covers, fence)
+            return self._write(covers, fence, prepared)
         except StoreError:
             self._schema_ready = False
             raise
 
-    def _write(self, covers: Mapping[str, Any] | None, fence: Fence | None) -> Written | None:
+    def prepare(self) -> Prepared | None:
+        """A standby's next write, computed before it holds the lease (while the leader's
+        lease runs out), to commit at once when it is granted (``write(fence=, prepared=)``). None
+        when there is nothing to write, or this replica's input is behind the position of
+        the store's last write (it could not take the lease on it)."""
+        position = self.positions.read()
+        prepared = self._prepare(None, None)
+        if prepared is None or not position.at_or_past(prepared.published):
+            return None
+        log.info("serving store %s: a write for versions %s prepared in %.1f s",
+                 self.store.where, dict(prepared.target.versions),
+                 time.monotonic() - prepared.began)
+        return replace(prepared, position=position, began=time.monotonic())
+
+    def _write(self, covers: Mapping[str, Any] | None, fence: Fence | None,
+               prepared: Prepared | None) -> Written | None:
+        if prepared is not None:
+            return self._finish(prepared, fence)
         for _ in range(ATTEMPTS):
-            began = time.monotonic()
-            held, held_epoch = self._held()
-            target = self._latest()
-            if held.covers(target) and (fence is None or fence.epoch == held_epoch):
+            prepared = self._prepare(covers, fence)
+            if prepared is None:
                 return None
-            windows = self.changed_windows(held, target)
-            rows = self._view_rows(target, windows) if windows != () else {}
-            batches = self._micro_batches(held, target)
-            described = {**({"micro_batches": batches} if batches else {}),
-                         **self._input_offsets(batches), **(covers or {})}
-            written = self._commit(held, target, windows, rows, described, fence=fence)
+            written = self._finish(prepared, fence)
             if written is not None:
-                written = Written(target, windows, written, time.monotonic() - began, described)
-                log.info("serving store %s: wrote %d rows (%s) for versions %s in %.1f s",
-                         self.store.where, written.rows, _shown(windows),
-                         dict(target.versions), written.seconds)
                 return written
         log.info("serving store %s: other writers kept writing; this write waits for the "
                  "next round", self.store.where)
         return None
 
-    def _held(self) -> tuple[Mark, int | None]:
-        """What the store holds, and the epoch that wrote it."""
+    def _prepare(self, covers: Mapping[str, Any] | None, fence: Fence | None
+                 ) -> Prepared | None:
+        """The write from what the store holds now to the tables' latest versions; None
+        when it holds them (and, with ``fence``, was written with its epoch)."""
+        began = time.monotonic()
+        held, held_epoch, published = self._held()
+        target = self._latest()
+        if held.covers(target) and (fence is None or fence.epoch == held_epoch):
+            return None
+        windows = self.changed_windows(held, target)
+        rows = self._view_rows(target, windows) if windows != () else {}
+        batches = self._micro_batches(held, target)
+        described = {**({"micro_batches": batches} if batches else {}),
+                     **self._input_offsets(batches), **(covers or {})}
+        return Prepared(held, published, target, windows, rows, described, began)
+
+    def _finish(self, prepared: Prepared, fence: Fence | None) -> Written | None:
+        count = self._commit(prepared, fence=fence)
+        if count is None:
+            return None
+        written = Written(prepared.target, prepared.windows, count,
+                          time.monotonic() - prepared.began, prepared.described)
+        log.info("serving store %s: wrote %d rows (%s) for versions %s in %.1f s",
+                 self.store.where, written.rows, _shown(written.windows),
+                 dict(written.mark.versions), written.seconds)
+        return written
+
+    def _held(self) -> tuple[Mark, int | None, InputPosition | None]:
+        """What the store holds, the epoch that wrote it and the input position of its
+        last write."""
         with self.store.connect() as connection:
             if not self._schema_ready:
                 ensure_schema(connection, self.store)
                 self._schema_ready = True
             row = connection.execute(
-                sql.SQL("SELECT versions, catalog, coalesce(replica, ''), epoch FROM {} "
-                        "WHERE store = %s").format(self.store.table(PROGRESS)),
+                sql.SQL("SELECT versions, catalog, coalesce(replica, ''), epoch, position "
+                        "FROM {} WHERE store = %s").format(self.store.table(PROGRESS)),
                 (SERVING,)).fetchone()
-        return Mark(*row[:3]), row[3]
+        return Mark(*row[:3]), row[3], InputPosition.from_json(row[4])
 
     def _latest(self) -> Mark:
         if not self._tables_ready:
@@ -254,14 +306,14 @@ class StoreWriter:
         return {"input": {"component": bronze_writer, "micro_batch": marker[1],
                           "bronze_version": through, "offsets": list(offsets)}}
 
-    def _commit(self, held: Mark, target: Mark, windows: Windows | tuple[()],
-                rows: Mapping[str, list[tuple[Any, ...]]], covers: Mapping[str, Any],
-                *, fence: Fence | None = None) -> int | None:
+    def _commit(self, prepared: Prepared, *, fence: Fence | None = None) -> int | None:
         """Write in one transaction; the rows written, or None when another writer changed
-        the store since ``held`` was read (and this write is stale, or must be computed
-        again). ``Fenced`` when ``fence`` is no longer the lease's."""
+        the store since ``prepared.held`` was read (and this write is stale, or must be
+        computed again). ``Fenced`` when ``fence`` is no longer the lease's."""
         store = self.store
-        position = self.positions.read()
+        held, target, windows, rows = (prepared.held, prepared.target, prepared.windows,
+                                       prepared.rows)
+        position = prepared.position or self.positions.read()
         epoch = None if fence is None else fence.epoch
         with store.connect() as connection, connection.transaction():
             staged = {name: _stage(connection, store.table(name),
@@ -286,14 +338,15 @@ class StoreWriter:
                         "position = %s, writer = %s, covers = %s, written_at = now() "
                         "WHERE store = %s").format(store.table(PROGRESS)),
                 (_json(target.versions), target.catalog, target.replica or None, epoch,
-                 _json(position.to_json()), self.writer, _json(covers), SERVING))
+                 _json(position.to_json()), self.writer, _json(prepared.described), SERVING))
             connection.execute(
                 sql.SQL("INSERT INTO {} (seq, writer, replica, epoch, versions_before, "
                         "versions, covers, windows_from, windows_until, rows_written) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)").format(
                     store.table(WRITES)),
                 (next_order(connection, store), self.writer, target.replica or None, epoch,
-                 _json(held.versions), _json(target.versions), _json(covers), start, end,
+                 _json(held.versions), _json(target.versions), _json(prepared.described),
+                 start, end,
                  count))
             return count
 

@@ -26,7 +26,7 @@ from abstream.io.spark import SPARK_ERRORS
 from abstream.layout import Layout
 from abstream.periodic import Periodic, backoff_seconds
 from abstream.serving.standby import Leadership, fenced_store
-from abstream.serving.store import StoreWriter, Written
+from abstream.serving.store import Prepared, StoreWriter, Written
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ class StoreSync:
         self.settings = config.run
         self.failures = 0
         self.writes = 0
+        self._prepared: Prepared | None = None
+        self._prepare_wanted = threading.Event()
         self._periodic = Periodic("serving-store", config.serving.postgres.write_every,
                                   self.write_once)
 
@@ -57,15 +59,26 @@ class StoreSync:
         """Write now (a replica that has just been granted the lease)."""
         self._periodic.wake()
 
+    def prepare(self) -> None:
+        """Compute the next write now, before this replica holds the lease (its leader has
+        missed renewals): once granted, it commits that write at once instead of
+        computing it then."""
+        self._prepare_wanted.set()
+        self._periodic.wake()
+
     def write_once(self) -> float | None:
-        """One write (a replica's only while it leads); the pause before the next when it
-        failed."""
+        """One write (a replica's only while it leads; a write prepared before it was
+        granted the lease is committed first); the pause before the next when it failed."""
         fence = None
         if self.leadership is not None:
             fence = self.leadership.fence()
             if fence is None:
+                self._prepare_if_wanted()
                 return None
+        prepared, self._prepared = self._prepared, None
         try:
+            if prepared is not None:
+                self.writes += self.writer.write(fence=fence, prepared=prepared) is not None
             written = self.writer.write(fence=fence)
         except Fenced as exc:
             assert self.leadership is not None
@@ -82,6 +95,17 @@ class StoreSync:
             self.failures = 0
         self.writes += written is not None
         return None
+
+    def _prepare_if_wanted(self) -> None:
+        if not self._prepare_wanted.is_set():
+            return
+        self._prepare_wanted.clear()
+        try:
+            self._prepared = self.writer.prepare()
+        except WRITE_ERRORS as exc:
+            self._prepared = None
+            log.info("the serving store's next write could not be prepared: %s",
+                     first_line(exc))
 
 
 def write_store(spark: SparkSession, layout: Layout, config: Config, writer: str, *,
