@@ -25,7 +25,11 @@ leader's latest gold; then both stop (SIGTERM), and:
   serving view of a crash-free single run over the same records (``run --once``), key by
   key, every column but ``computed_at``, sketches by what they hold, doubles to 9
   significant digits;
-- ``replica_mismatched_keys``: each replica's own serving view against the same oracle;
+- ``replica_speed_mismatched_keys``: each replica's own serving view at the drain against
+  the same oracle (``mismatched_examples`` and ``replica_speed_examples`` show a few keys
+  with what the oracle and the store or replica hold);
+- ``replica_mismatched_keys``: each replica's own serving view after ``batch --all``
+  against the crash-free run's after ``batch --all``;
 - ``final_mismatched_keys``: after ``batch --all`` on both replicas (the leader's writes
   the store), and again after ``abstream standby handover`` made the other replica the
   leader (its first write rewrites every window from its own tables), the store's rows
@@ -69,7 +73,7 @@ from abstream.io.postgres import PROGRESS, SERVING, WRITES, Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
 from abstream.serving.store_schema import VIEW_TABLES
-from abstream.serving.view import definitions_view, serving_view
+from abstream.serving.view import Pinned, definitions_query, serving_query
 from abstream.speed import pipeline_components
 from abstream.speed.runner import pipeline, run_once
 from bench.chaos import (
@@ -388,10 +392,12 @@ def keyed_rows(rows: list[dict[str, Any]], table: str) -> dict[tuple[Any, ...], 
         for row in rows}
 
 
-def view_rows(spark: SparkSession, layout: Layout, side: Side) -> dict[str, list[dict]]:
-    views = {"experiment_metrics": serving_view(spark, layout, None),
-             "definition_metrics": definitions_view(spark, layout, side.config.metrics.catalog,
-                                                    None)}
+def view_rows(spark: SparkSession, layout: Layout, side: Side, pinned: Pinned | None = None
+              ) -> dict[str, list[dict]]:
+    """The serving views' rows, at the tables' latest versions or at ``pinned``."""
+    views = {"experiment_metrics": spark.sql(serving_query(layout, pinned)),
+             "definition_metrics": spark.sql(definitions_query(
+                 layout, side.config.metrics.catalog, pinned))}
     return {name: view.select(*VIEW_TABLES[name][0].fieldNames()).toArrow().to_pylist()
             for name, view in views.items()}
 
@@ -403,16 +409,40 @@ def store_rows(store: Store) -> dict[str, list[dict]]:
             for name in VIEW_TABLES}
 
 
+#: Mismatched keys shown per table (what the oracle has, and what was found).
+EXAMPLES = 3
+
+
 def key_differences(expected: dict[str, list[dict]], actual: dict[str, list[dict]]
-                    ) -> dict[str, int]:
+                    ) -> dict[str, Any]:
     lost = extra = mismatched = 0
+    examples: list[dict[str, str]] = []
     for table in VIEW_TABLES:
         want, have = keyed_rows(expected[table], table), keyed_rows(actual[table], table)
         lost += len(want.keys() - have.keys())
         extra += len(have.keys() - want.keys())
-        mismatched += sum(want[k] != have[k] for k in want.keys() & have.keys())
+        differing = sorted((k for k in want.keys() & have.keys() if want[k] != have[k]), key=str)
+        mismatched += len(differing)
+        examples += [{"table": table, "key": str(k), "oracle": str(want[k]), "found": str(have[k])}
+                     for k in differing[:EXAMPLES]]
     return {"lost_keys": lost, "extra_keys": extra, "mismatched_keys": mismatched,
-            "keys": sum(len(rows) for rows in expected.values())}
+            "keys": sum(len(rows) for rows in expected.values()), "examples": examples}
+
+
+def pinned_versions(side: Side) -> dict[str, Pinned]:
+    """Each replica's gold and coverage tables' latest versions (the view's inputs)."""
+    pinned: dict[str, Pinned] = {}
+    for replica in REPLICAS:
+        layout = Layout.of(side.data_dir, replica)
+        versions = {}
+        for path in (layout.experiment_metrics, layout.definition_metrics,
+                     layout.batch_coverage):
+            reader = DeltaLogReader(path)
+            reader.refresh()
+            if reader.latest_version is not None:
+                versions[path] = reader.latest_version
+        pinned[replica] = versions
+    return pinned
 
 
 def fencing_record(store: Store) -> dict[str, Any]:
@@ -456,6 +486,7 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         log.info("input complete: waiting for both replicas and the store to catch up")
         drained(watch, pair, input_units(side, settings.events))
         served_speed = store_rows(store)
+        at_drain = pinned_versions(side)
         epochs = sorted({row["epoch"] for rows in served_speed.values() for row in rows})
         drain_epoch = (watch.lease() or (None, None))[1]
         finals = batch_and_handover(side, pair, watch) if settings.batch else None
@@ -468,6 +499,9 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
             run_once(ctx, pipeline_components(ctx.config))
             oracle = view_rows(ctx.spark, crash_free.layout, crash_free)
             served = key_differences(oracle, served_speed)
+            speed = {replica: key_differences(oracle, view_rows(
+                ctx.spark, Layout.of(side.data_dir, replica), side, at_drain[replica]))
+                for replica in REPLICAS}
             if finals is not None:
                 log.info("crash-free batch --all")
                 run_batch(ctx, BatchRequest("all"))
@@ -493,16 +527,17 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         "keys": served["keys"],
         "epoch_went_back": fencing["epoch_went_back"],
         "paused_leader_stepped_down_after_cont_seconds": paused,
-        "replica_mismatched_keys": {r: d["lost_keys"] + d["extra_keys"] + d["mismatched_keys"]
-                                    for r, d in replicas.items()},
+        "mismatched_examples": served["examples"],
+        "replica_speed_mismatched_keys": {r: _differing(d) for r, d in speed.items()},
+        "replica_speed_examples": {r: d["examples"] for r, d in speed.items()},
+        "replica_mismatched_keys": {r: _differing(d) for r, d in replicas.items()},
         "grants": fencing["grants"],
         "last_epoch": fencing["last_epoch"],
         "row_epochs": epochs,
         "drain_epoch": drain_epoch,
         "store_writes": fencing["writes"],
         **({} if finals is None else {
-            "final_mismatched_keys": {leader: d["lost_keys"] + d["extra_keys"]
-                                      + d["mismatched_keys"] for leader, d in final.items()},
+            "final_mismatched_keys": {leader: _differing(d) for leader, d in final.items()},
             "final_keys": next(iter(final.values()))["keys"],
             "handover": finals.handover}),
         "fault_counts": dict(Counter(f["kind"] for f in faults)),
@@ -515,6 +550,10 @@ def run_standby_chaos(settings: StandbySettings) -> dict[str, Any]:
         "machine": machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def _differing(differences: dict[str, Any]) -> int:
+    return differences["lost_keys"] + differences["extra_keys"] + differences["mismatched_keys"]
 
 
 @dataclass(frozen=True)
@@ -553,6 +592,7 @@ def passed(result: dict[str, Any], step_down: float = 6.0) -> bool:
     return (result["stale_writes"] == result["lost_keys"] == result["mismatched_keys"]
             == result["extra_keys"] == result["epoch_went_back"] == 0
             and not any(result["replica_mismatched_keys"].values())
+            and not any(result["replica_speed_mismatched_keys"].values())
             and not any(result.get("final_mismatched_keys", {}).values())
             and all(s is not None and s <= step_down
                     for s in result["paused_leader_stepped_down_after_cont_seconds"]))
