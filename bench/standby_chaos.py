@@ -71,6 +71,7 @@ from abstream.io.input_position import InputPosition
 from abstream.io.lease import GRANTS, ReplicaReport, replica_reports
 from abstream.io.postgres import PROGRESS, SERVING, WRITES, Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
+from abstream.io.tables import COVERAGE_TABLE, DEFINITIONS_TABLE, METRICS_TABLE, ensure_table
 from abstream.layout import Layout
 from abstream.serving.store_schema import VIEW_TABLES
 from abstream.serving.view import Pinned, definitions_query, serving_query
@@ -394,7 +395,10 @@ def keyed_rows(rows: list[dict[str, Any]], table: str) -> dict[tuple[Any, ...], 
 
 def view_rows(spark: SparkSession, layout: Layout, side: Side, pinned: Pinned | None = None
               ) -> dict[str, list[dict]]:
-    """The serving views' rows, at the tables' latest versions or at ``pinned``."""
+    """The serving views' rows, at the tables' latest versions or at ``pinned`` (tables
+    never written, such as the coverage of a run without the batch layer, are created)."""
+    for spec in (METRICS_TABLE, DEFINITIONS_TABLE, COVERAGE_TABLE):
+        ensure_table(spark, spec, layout)
     views = {"experiment_metrics": spark.sql(serving_query(layout, pinned)),
              "definition_metrics": spark.sql(definitions_query(
                  layout, side.config.metrics.catalog, pinned))}
