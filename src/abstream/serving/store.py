@@ -28,7 +28,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -146,8 +147,15 @@ class StoreWriter:
         None when it was (or ``prepared`` is stale). With ``fence`` (a replica's), only
         while its epoch is the lease's (``Fenced`` otherwise), and every row written
         carries its epoch."""
-        try:
+        with self._store_errors():
             return self._write(covers, fence, prepared)
+
+    @contextmanager
+    def _store_errors(self) -> Iterator[None]:
+        """A store error makes the next call check the store's schema again (the store may
+        have been restored or recreated meanwhile)."""
+        try:
+            yield
         except StoreError:
             self._schema_ready = False
             raise
@@ -158,7 +166,8 @@ class StoreWriter:
         when there is nothing to write, or this replica's input is behind the position of
         the store's last write (it could not take the lease on it)."""
         position = self.positions.read()
-        prepared = self._prepare(None, None)
+        with self._store_errors():
+            prepared = self._prepare(None, None)
         if prepared is None or not position.at_or_past(prepared.published):
             return None
         log.info("serving store %s: a write for versions %s prepared in %.1f s",
