@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from abstream.io.tables import (
+    DEFINITIONS_TABLE,
     EVENTS_TABLE,
     METRICS_TABLE,
     SESSIONS_TABLE,
@@ -90,6 +91,35 @@ def test_a_commit_read_in_part_makes_none_of_its_events_late(ctx):
     # Read whole, the commit moves the watermark to its latest event (1:00, no lateness):
     # the visits of 22:00 and 23:00 closed, the one of 1:00 is open.
     assert _visits(ctx) == [("s1", 1), ("s2", 1)]
+
+
+def _units_by_window(ctx):
+    """The speed layer's units of a definition per window, assigned, overall."""
+    rows = read_table(ctx.spark, DEFINITIONS_TABLE, ctx.layout) \
+        .where("metric = 'conversion_rate' AND population = 'assigned' AND dimension IS NULL") \
+        .groupBy("window_start") \
+        .agg(F.hll_sketch_estimate(F.hll_union_agg("units_sketch")).alias("units"))
+    return {r["window_start"]: r["units"] for r in rows.collect() if r["units"]}
+
+
+def test_a_unit_counts_once_the_watermark_has_passed_where_its_visit_starts(ctx):
+    """An event behind the latest but ahead of the watermark moves the start of a visit
+    sessionized before into the window before: the visit's unit counts in that window
+    alone, once the watermark has passed its start (no event accepted after can move it)."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1,
+                      lateness=timedelta(minutes=15))
+    minute = timedelta(minutes=1)
+    _append(ctx, [("s2", "s", T0 + 22 * minute)])
+    _append(ctx, [("x", "x", T0 + 31 * minute)])
+    _append(ctx, [("s1", "s", T0 + 17 * minute)])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").late_rows_dropped == 0
+    assert _units_by_window(ctx) == {}, "the watermark (10:16) has passed no visit's start"
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _units_by_window(ctx) == {T0 + 15 * minute: 1, T0 + 30 * minute: 1}, \
+        "s counts where it starts now (10:17), not where it started first (10:22); " \
+        "the visit at 15:00 is ahead of the watermark (14:45)"
 
 
 def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):

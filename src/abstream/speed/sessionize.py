@@ -23,8 +23,11 @@ instead of its streaming state stores. Each micro-batch
    for yet (an event is counted as soon as it arrives, and again for a population it joins
    later, when its visit meets an experiment or an exposure: its visit's entries now against
    those of the visit it was counted in before), the visit numbers of the visits that
-   closed, and the units of the visits it sessionized (a unit counted again, in the window
-   it was counted in before, changes no merged sketch);
+   closed, and the units whose time (their visit's start, its first exposure) the next
+   watermark has passed, of the visits it sessionized and of the untouched ones whose last
+   event it passed: no event accepted after can move that time, or give the visit another
+   start and so its unit another id (a unit counted again, in the window it was counted in
+   before, changes no merged sketch);
 5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
    its events (its generation): those it sessionized whole (silver's columns), the others
    by their key, end and events alone, as they are whole in their generation's snapshot.
@@ -214,6 +217,32 @@ def _open_at(closing_at: int | None, gap_micros: int) -> Column:
     return F.unix_micros("visit_end") + gap_micros >= closing_at
 
 
+def _settling(watermark: int | None, closing_at: int | None) -> Column:
+    """Whether a visit's last event falls between the micro-batch's ``watermark`` and the
+    next (``closing_at``): the watermark passed it, and with it every time a unit of the
+    visit counts at (its start, its first exposures), in this micro-batch."""
+    if closing_at is None:
+        return F.lit(False)
+    before_next = F.col("visit_end") < _micros(closing_at)
+    if watermark is None:
+        return before_next
+    return before_next & (F.col("visit_end") >= _micros(watermark))
+
+
+def _open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
+                       ) -> tuple[Column, Column]:
+    """Whether a visit is still open after the micro-batch, and whether it settles in it."""
+    return (_open_at(closing_at, gap // timedelta(microseconds=1)),
+            _settling(watermark, closing_at))
+
+
+def _settled_targets(visits: DataFrame, closing_at: int | None) -> DataFrame:
+    """The targets of ``visits`` whose unit counts at a time the watermark after the
+    micro-batch (``closing_at``) has passed (none where there is none yet)."""
+    return sessions.visit_targets(visits) \
+        .where(definition_gold.unit_time() < _micros(closing_at))
+
+
 def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
     """The held ``events`` of the held ``visits``."""
     return events.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi") \
@@ -250,14 +279,16 @@ def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -
 
 
 def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
-                carried: DataFrame, still_open: Column, *, held_in: tuple[int, ...],
-                limit: int, columns: tuple[str, ...]) -> dict[str, Any]:
+                carried: DataFrame, still_open: Column, *, settling: Column,
+                held_in: tuple[int, ...], limit: int, columns: tuple[str, ...]
+                ) -> dict[str, Any]:
     """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
     ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
-    all close (``closing``), the generations of the carried ones that close
-    (``closing_in``), how many events the others hold (``rows``), when the earliest of them
-    started (``earliest``, epoch microseconds) and the snapshots their events are in
-    (``generations``), observed while they are written.
+    all close (``closing``), the generations the carried ones that close (``closing_in``)
+    and those ``settling`` (``settling_in``) were held in, how many events the visits left
+    open hold (``rows``), when the earliest of them started (``earliest``, epoch
+    microseconds) and the snapshots their events are in (``generations``), observed while
+    they are written.
 
     The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
     ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
@@ -266,19 +297,28 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
     open visits are written once."""
     moved = held_in[:max(0, len(held_in) + 1 - limit)]
     generation = F.col("generation")
+    # Where each carried visit was held before this snapshot (NULL: sessionized in it).
+    held = F.col("held_in")
     if moved:
         moving = carried.where(still_open & generation.isin(*moved))
         state.write(batch_id, CARRIED, _events_of(_generations(state, moved, columns), moving))
-        sessionized = sessionized.unionByName(
-            _whole(state, moving, moved).withColumn("generation", F.lit(batch_id)))
+        sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long")).unionByName(
+            _whole(state, moving, moved).withColumn("held_in", generation)
+            .withColumn("generation", F.lit(batch_id)))
         carried = carried.where(~(still_open & generation.isin(*moved)))
-    carried_from = generation != batch_id
+    else:
+        sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long"))
+
+    def held_where(condition: Column) -> Column:
+        return F.array_sort(F.collect_set(F.when(condition, held)))
+
     kept = Observation()
-    state.write(batch_id, OPEN, sessionized.unionByName(_carried(carried)).observe(
+    state.write(batch_id, OPEN, sessionized.unionByName(
+        _carried(carried).withColumn("held_in", generation)).observe(
         kept,
         F.count_if(~still_open).alias("closing"),
-        F.array_sort(F.collect_set(F.when(~still_open & carried_from, generation)))
-        .alias("closing_in"),
+        held_where(~still_open).alias("closing_in"),
+        held_where(settling).alias("settling_in"),
         F.sum(F.when(still_open, F.col("events"))).alias("rows"),
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
         F.array_sort(F.collect_set(F.when(still_open, generation))).alias("generations"),
@@ -305,8 +345,8 @@ GoldAppend = Callable[[DataFrame, DataFrame, DataFrame, str, int], None]
 
 def _gold_append(ctx: Context, timed: Callable[[str, Any], Any]) -> GoldAppend:
     """What appends a micro-batch's gold increments, from its fresh event targets, the
-    targets of the visits that closed and those of the visits it sessionized (whose units
-    count), to both gold tables."""
+    targets of the visits that closed and the settled targets (whose units count), to both
+    gold tables."""
     spark, metrics = ctx.spark, ctx.config.metrics
     windowing = gold.Windowing.of(metrics)
     append_gold = timed("gold append", sinks.AppendOnce(
@@ -314,12 +354,12 @@ def _gold_append(ctx: Context, timed: Callable[[str, Any], Any]) -> GoldAppend:
     append_definitions = timed("definitions append", sinks.AppendOnce(
         ensure_table(spark, DEFINITIONS_TABLE, ctx.layout), DEFINITIONS_TABLE.partition_by))
 
-    def append(fresh: DataFrame, closed: DataFrame, units: DataFrame, writer_id: str,
+    def append(fresh: DataFrame, closed: DataFrame, settled: DataFrame, writer_id: str,
                batch_id: int) -> None:
         append_gold(gold.with_lineage(gold.experiment_metrics(
             fresh, closed, windowing, metrics.hll_lg_k), SPEED), writer_id, batch_id)
         append_definitions(definition_gold.with_lineage(definition_gold.definition_metrics(
-            fresh, closed, units, metrics.catalog, windowing,
+            fresh, closed, settled, metrics.catalog, windowing,
             hll_lg_k=metrics.hll_lg_k), SPEED), writer_id, batch_id)
 
     return append
@@ -381,21 +421,25 @@ def build(ctx: Context) -> DataStreamWriter:
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
                     inside=end.inside)
-                still_open = _open_at(closing_at, gap // timedelta(microseconds=1))
+                still_open, settling = _open_and_settling(watermark, closing_at, gap)
                 kept = leave_open(
                     state, batch_id, visits.withColumn("generation", F.lit(batch_id))
                     .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
-                    held_in=generations, limit=settings.state_generations, columns=columns)
-                closed = visits.where(~still_open).unionByName(_whole(
-                    state, untouched_visits.where(~still_open), tuple(kept["closing_in"]))
-                    .drop("generation"))
+                    settling=settling, held_in=generations,
+                    limit=settings.state_generations, columns=columns)
+                untouched = _whole(state, untouched_visits.where(~still_open | settling),
+                                   tuple(sorted({*kept["closing_in"], *kept["settling_in"]}))) \
+                    .drop("generation")
+                closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
-                fresh = fresh_targets(
-                    sessionized, sessions.visit_entries(visits),
-                    sessions.visit_entries(_whole(state, touched_visits, touched_in)))
-                append_gold(fresh, sessions.visit_targets(closed), sessions.visit_targets(visits),
-                            writer_id, batch_id)
+                append_gold(
+                    fresh_targets(sessionized, sessions.visit_entries(visits),
+                                  sessions.visit_entries(
+                                      _whole(state, touched_visits, touched_in))),
+                    sessions.visit_targets(closed),
+                    _settled_targets(visits.unionByName(untouched.where(settling)), closing_at),
+                    writer_id, batch_id)
             finally:
                 local_disk.drop(visits)
         finally:

@@ -116,14 +116,18 @@ def _dimension_values(dimensions: list[str]) -> list[Column]:
     return [F.col("dimensions")[name].alias(f"dim{j}") for j, name in enumerate(dimensions)]
 
 
+def unit_time() -> Column:
+    """When a visit's unit counts for a target (``sessions.visit_targets``): at the visit's
+    start for the assigned population, at its first exposure for the qualified one."""
+    return F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
+        .otherwise(F.col("exposed_at"))
+
+
 def _unit_rows(units: DataFrame, dimensions: list[str], counts_visits: bool,
                windowing: Windowing) -> DataFrame:
-    """A row per visit and target that counts its unit (``first``), in the window of the
-    visit's start for the assigned population, of its first exposure for the qualified
-    one."""
-    at = F.when(F.col("population") == ASSIGNED, F.col("visit_start")) \
-        .otherwise(F.col("exposed_at"))
-    return units.select(windowing.window(at).alias("window"), *TARGET,
+    """A row per visit and target that counts its unit (``first``), in the window of its
+    ``unit_time``."""
+    return units.select(windowing.window(unit_time()).alias("window"), *TARGET,
                         *_unit_ids(counts_visits), F.lit(True).alias("first"),
                         *_dimension_values(dimensions))
 
@@ -202,8 +206,8 @@ def definition_metrics(events: DataFrame | None, visits: DataFrame | None, units
     """Gold's ``definition_metrics`` rows (without ``layer``/``computed_at``) from rows of
     events (``sessions.event_targets``) and/or closed visits (``sessions.visit_targets``),
     both with their visit's ``dimensions``, and the targets of the visits whose ``units``
-    count (``sessions.visit_targets``: a unit counts where its visit starts or is first
-    exposed; counted again, as in the next micro-batch, it changes no merged sketch).
+    count (``sessions.visit_targets``: a unit counts in the window of its ``unit_time``;
+    counted again, as in the next micro-batch, it changes no merged sketch).
 
     The sums are taken over the visit rows and the event rows some definition reads (most
     events of a micro-batch are read by none: a pageview adds nothing to orders), first
