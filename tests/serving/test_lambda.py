@@ -115,7 +115,7 @@ def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx, c
 def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
     for section in ("ingest", "sessionize"):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
-    generate(GeneratorSettings(events=3_000, seed=31, file_events=1_000),
+    generate(GeneratorSettings(events=1_000, seed=31, file_events=500),
              Path(ctx.layout.landing))
     stop, failures = threading.Event(), []
 
@@ -127,7 +127,7 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
 
     def feed() -> None:
         """A new landing file every half second, each a visit two hours after the last
-        (the generated events end on day two at 08:55): every micro-batch's watermark closes
+        (the generated events end on day two at 06:00): every micro-batch's watermark closes
         the visits before it, so the stream keeps appending to gold."""
         number = 0
         while not stop.wait(0.5):

@@ -22,3 +22,24 @@ def drop(*frames: DataFrame) -> None:
     handle of its own: its blocks are the RDD under its plan)."""
     for frame in frames:
         frame._jdf.queryExecution().logical().rdd().unpersist(False)
+
+
+class DiskFrames:
+    """Frames put on local disk (``on_disk``) for a while: their blocks are dropped when
+    the ``with`` block ends."""
+
+    def __init__(self) -> None:
+        self._frames: list[DataFrame] = []
+
+    def put(self, frame: DataFrame) -> DataFrame:
+        """``frame`` on disk (``on_disk``) until the block ends."""
+        kept = on_disk(frame)
+        self._frames.append(kept)
+        return kept
+
+    def __enter__(self) -> DiskFrames:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        drop(*self._frames)
+        self._frames.clear()

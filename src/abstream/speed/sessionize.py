@@ -236,6 +236,17 @@ def _open_and_settling(watermark: int | None, closing_at: int | None, gap: timed
             _settling(watermark, closing_at))
 
 
+def _closing_or_settling(state: StateSnapshots, held: DataFrame, held_in: tuple[int, ...],
+                         on_disk: Callable[[DataFrame], DataFrame], visits: DataFrame
+                         ) -> DataFrame:
+    """The untouched ``held`` visits that close or settle, whole, from the snapshots they
+    are ``held_in`` (their generations), read once onto local disk; none (``visits``'
+    columns) where no generation holds one."""
+    if not held_in:
+        return visits.limit(0)
+    return on_disk(_whole(state, held, tuple(sorted(set(held_in)))).drop("generation"))
+
+
 def _settled_targets(visits: DataFrame, closing_at: int | None) -> DataFrame:
     """The targets of ``visits`` whose unit counts at a time the watermark after the
     micro-batch (``closing_at``) has passed (none where there is none yet)."""
@@ -378,7 +389,7 @@ def build(ctx: Context) -> DataStreamWriter:
         ensure_table(spark, SESSIONS_TABLE, ctx.layout), SESSIONS_TABLE.partition_by))
     append_gold = _gold_append(ctx, timed)
     snapshot_events = timed("events snapshot", _snapshot_events)
-    visits_on_disk = timed("visits", local_disk.on_disk)
+    visits_on_disk = timed("visits", local_disk.DiskFrames.put)
     leave_open = timed("open snapshot", _leave_open)
     checkpoint = ctx.layout.checkpoint(NAME)
     commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
@@ -415,9 +426,9 @@ def build(ctx: Context) -> DataStreamWriter:
             sessionized = state.read_written(batch_id, EVENTS).where(~F.col("late"))
             # Assembled once, row by row on local disk: read for the open snapshot, silver
             # and both gold tables.
-            visits = visits_on_disk(
-                sessions.assemble_visits(sessionized, ctx.config.metrics.catalog))
-            try:
+            with local_disk.DiskFrames() as disk:
+                visits = visits_on_disk(
+                    disk, sessions.assemble_visits(sessionized, ctx.config.metrics.catalog))
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
                     inside=end.inside)
@@ -427,9 +438,9 @@ def build(ctx: Context) -> DataStreamWriter:
                     .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
                     settling=settling, held_in=generations,
                     limit=settings.state_generations, columns=columns)
-                untouched = _whole(state, untouched_visits.where(~still_open | settling),
-                                   tuple(sorted({*kept["closing_in"], *kept["settling_in"]}))) \
-                    .drop("generation")
+                untouched = _closing_or_settling(
+                    state, untouched_visits.where(~still_open | settling),
+                    (*kept["closing_in"], *kept["settling_in"]), disk.put, visits)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
@@ -440,8 +451,6 @@ def build(ctx: Context) -> DataStreamWriter:
                     sessions.visit_targets(closed),
                     _settled_targets(visits.unionByName(untouched.where(settling)), closing_at),
                     writer_id, batch_id)
-            finally:
-                local_disk.drop(visits)
         finally:
             new.unpersist()
             touched.unpersist()
