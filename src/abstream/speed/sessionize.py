@@ -310,15 +310,14 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
     generation = F.col("generation")
     # Where each carried visit was held before this snapshot (NULL: sessionized in it).
     held = F.col("held_in")
+    sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long"))
     if moved:
         moving = carried.where(still_open & generation.isin(*moved))
         state.write(batch_id, CARRIED, _events_of(_generations(state, moved, columns), moving))
-        sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long")).unionByName(
+        sessionized = sessionized.unionByName(
             _whole(state, moving, moved).withColumn("held_in", generation)
             .withColumn("generation", F.lit(batch_id)))
         carried = carried.where(~(still_open & generation.isin(*moved)))
-    else:
-        sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long"))
 
     def held_where(condition: Column) -> Column:
         return F.array_sort(F.collect_set(F.when(condition, held)))
