@@ -304,6 +304,7 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
                 fault["aimed_at"] = "a store transaction"
             except RuntimeError:
                 fault["aimed_at"] = f"no store transaction within {STORE_WRITE_WAIT:.0f} s"
+            began = time.monotonic()
         os.killpg(process.pid, signal.SIGSTOP)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)
         time.sleep(max(0.0, settings.pause - (time.monotonic() - began)))
