@@ -22,7 +22,7 @@ help:
 	@echo "make bench-catalog    the speed layer before the catalog, with the default one and with 20 definitions"
 	@echo "make bench-ceiling    each piece of the work as a plain batch job: the floor to approach"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
-	@echo "make bench-sustained  the highest rate with every component's lag under 30 s"
+	@echo "make bench-sustained  the highest rate with every component's lag under 30 s (--live --hold N: a steady state, its slopes)"
 	@echo "make bench-maintain   what maintain compacts and vacuums after the speed layer on 20M beacons"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
 	@echo "make bench-serve      abstream serve's latency and the results page's load time, 20 experiments"

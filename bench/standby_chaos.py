@@ -54,6 +54,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -273,6 +274,17 @@ def stepped_down_after(log_file: Path, offset: int, timeout: float) -> float | N
     return None
 
 
+def aim(watch: Watch, pair: Pair, moment: str, check: Callable[[], bool], *, every: float
+        ) -> str:
+    """Wait for the ``moment`` a fault is aimed at (``check``), ``STORE_WRITE_WAIT`` at most;
+    what it was aimed at."""
+    try:
+        watch.until(moment, check, STORE_WRITE_WAIT, pair, every=every)
+    except RuntimeError:
+        return f"no {moment.removeprefix('a ')} within {STORE_WRITE_WAIT:.0f} s"
+    return moment
+
+
 def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
            settings: StandbySettings, leader: str, epoch: int,
            aim_at_write: bool = False) -> dict[str, Any]:
@@ -284,12 +296,8 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
         if kind == "kill_after_write":
             write = watch.last_write()
             assert write is not None
-            try:
-                watch.until("a store write", lambda: (w := watch.last_write()) is not None
-                            and w[0] > write[0], STORE_WRITE_WAIT, pair, every=0.005)
-                fault["aimed_at"] = "a store write just committed"
-            except RuntimeError:
-                fault["aimed_at"] = f"no store write within {STORE_WRITE_WAIT:.0f} s"
+            fault["aimed_at"] = aim(watch, pair, "a store write just committed", lambda: (
+                w := watch.last_write()) is not None and w[0] > write[0], every=0.005)
             began = time.monotonic()
         pair.kill(leader)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)
@@ -298,12 +306,8 @@ def strike(kind: str, pair: Pair, watch: Watch, server: LocalPostgres, *,
     elif kind == "pause_leader":
         process, log_file = pair.processes[leader], pair.logs[leader][-1]
         if aim_at_write:
-            try:
-                watch.until("a store transaction", watch.write_open, STORE_WRITE_WAIT, pair,
-                            every=0.002)
-                fault["aimed_at"] = "a store transaction"
-            except RuntimeError:
-                fault["aimed_at"] = f"no store transaction within {STORE_WRITE_WAIT:.0f} s"
+            fault["aimed_at"] = aim(watch, pair, "a store transaction", watch.write_open,
+                                    every=0.002)
             began = time.monotonic()
         os.killpg(process.pid, signal.SIGSTOP)
         fault["failover_seconds"] = round(failover(watch, pair, epoch, began), 2)

@@ -5,10 +5,17 @@ its metrics endpoint on) in a fresh data folder and lands the throughput benchma
 generated files in its landing folder at a fixed rate, each stamped with the time it
 landed, as a client's upload would be. Every 5 seconds it reads each component's lag
 (``abstream_component_lag_seconds``, the lag monitor's own figure, the largest over the
-component's sources) and the rows each component holds in state (sessionize: the events of
-the open visits) from the endpoint. The first ``--warmup`` seconds are not judged; the step
-passes when every lag stays under ``--max-lag`` for the next ``--hold`` seconds, and fails
-as soon as one does not.
+component's sources), the rows each component holds in state (sessionize: the events of
+the open visits) and each component's last micro-batch's duration from the endpoint, and
+itself the bytes of sessionize's state snapshots on disk and the resident memory of the
+run's process tree. The first ``--warmup`` seconds are not judged; the step passes when
+every lag stays under ``--max-lag`` for the next ``--hold`` seconds, and fails as soon as
+one does not. Over the last ``--slope-window`` seconds of the judged time (30 minutes, or
+all of it when shorter) it fits a least-squares line to each series (state rows, state
+bytes, RSS, micro-batch seconds) and reports its slope per hour with the slope's standard
+error (``slopes_per_hour``): flat is a slope within a few standard errors of 0, small
+beside the series' mean. ``levelled_at_seconds`` is when sessionize's state first reached
+95 % of its median over that window.
 
 The dataset's event times are a day of traffic at 2,000,000 events a day, so a replay at
 thousands of events/s runs event time hundreds of times faster than the clock: few visits
@@ -20,11 +27,17 @@ with the clock, as in production: every visit stays open for the gap (35 minutes
 its last event, so the speed layer's state holds every event landed in the last 35
 minutes, and the step reports gold freshness p50 and p90 over its judged time (from the
 ``abstream_gold_freshness_seconds`` histogram, interpolated in its buckets as PromQL's
-``histogram_quantile`` does). After a pass the rate goes up by ``--factor``; after the first
+``histogram_quantile`` does). A live step lands the dataset again when it runs out, its
+event, session and visitor ids prefixed with the round (``2-...``), so it can hold a rate
+for as long as asked: at steady state the state holds the events of the visits active in
+the last gap + lateness, about the rate times 50 minutes (``expected_state_rows``).
+
+After a pass the rate goes up by ``--factor``; after the first
 failure the search bisects between the best pass and the lowest failure, for ``--steps``
 steps in all.
 
     python -m bench.sustained [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
+        [--steps 4] [--slope-window 1800]
 
 Prints a table, then one JSON object as the last line; writes it, a chart of the best
 passing step's lags and state rows, and each step's log of ``abstream run`` to
@@ -54,14 +67,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.servers import free_port
 
 from abstream.generator.write import format_ts
+from abstream.layout import Layout
+from abstream.speed import sessionize
 from abstream.times import epoch_from_iso
 from bench.common import (
     COMPONENTS,
     EVENTS_PER_DAY,
     RESULTS,
     dataset,
+    folder_bytes,
     log_progress,
     machine,
+    process_tree_rss,
     write_result,
 )
 
@@ -76,6 +93,11 @@ STOP_SECONDS = 120
 #: spend more of the machine on each micro-batch's fixed cost.
 TRIGGERS = {"ingest": "5 seconds", "sessionize": "5 seconds"}
 _EVENT_TS = re.compile(r'"event_ts":"([0-9T:.+-]+Z)"')
+_IDS = re.compile(r'"(event_id|session_id|visitor_id)":"')
+#: A visit's events stay in state until its last event is this far behind the watermark.
+HELD_SECONDS = (35 + 15) * 60
+#: Sessionize's state reached this share of its level when it levelled off.
+LEVEL = 0.95
 
 
 @dataclass
@@ -85,6 +107,11 @@ class Sample:
     lag: dict[str, float]
     system_lag: float
     state_rows: dict[str, float]
+    state_bytes: int = 0
+    rss_mb: float = 0.0
+    #: Per component, the duration of the last micro-batch that ended since the sample
+    #: before.
+    batch_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,13 +119,36 @@ class Step:
     rate: int
     passed: bool = False
     reason: str = ""
-    judged_seconds: float = 0.0
-    max_lag: dict[str, float] = field(default_factory=dict)
-    freshness_s: dict[str, float | None] = field(default_factory=dict)
+    #: Seconds judged (after the warm-up).
+    hold_seconds: float = 0.0
+    max_lag_seconds: dict[str, float] = field(default_factory=dict)
+    #: The most each lag reached during the warm-up, not judged.
+    warmup_max_lag_seconds: dict[str, float] = field(default_factory=dict)
+    freshness_p50_seconds: float | None = None
+    freshness_p90_seconds: float | None = None
     samples: list[Sample] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if key != "samples"}
+    def judge(self, found: Scrape, elapsed: float, judged_from: Scrape | None, *,
+              warmup: float, max_lag: float) -> None:
+        """Take in a scrape ``elapsed`` seconds into the step: judged after ``warmup``
+        seconds, from the scrape ``judged_from`` on (None: still warming up), failed
+        (``reason``) once a lag reaches ``max_lag``."""
+        lag = found.lag
+        highest = self.warmup_max_lag_seconds if judged_from is None else self.max_lag_seconds
+        for name, value in {**lag, "system": found.system_lag}.items():
+            highest[name] = round(max(highest.get(name, 0.0), value), 1)
+        if judged_from is None:
+            return
+        self.freshness_p50_seconds, self.freshness_p90_seconds = (
+            quantile(q, judged_from.freshness, found.freshness) for q in (0.5, 0.9))
+        self.hold_seconds = round(elapsed - warmup, 1)
+        worst = max(lag, key=lambda name: lag[name])
+        if lag[worst] >= max_lag:
+            self.reason = f"{worst} lag {lag[worst]:.0f} s at {elapsed:.0f} s"
+
+    def summary(self, slope_window: float) -> dict[str, Any]:
+        return {**{key: value for key, value in asdict(self).items() if key != "samples"},
+                **steady_state(self, slope_window)}
 
 
 @dataclass
@@ -106,6 +156,7 @@ class Scrape:
     lag: dict[str, float] = field(default_factory=dict)
     state_rows: dict[str, float] = field(default_factory=dict)
     batches: dict[str, float] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
     system_lag: float = 0.0
     #: gold freshness: cumulative events per bucket bound (seconds; inf last).
     freshness: dict[float, float] = field(default_factory=dict)
@@ -129,6 +180,8 @@ def scrape(url: str) -> Scrape | None:
                 found.state_rows[sample.labels["job"]] = sample.value
             elif sample.name == "abstream_query_batches_total":
                 found.batches[sample.labels["job"]] = sample.value
+            elif sample.name == "abstream_query_batch_duration_seconds":
+                found.durations[sample.labels["job"]] = sample.value
             elif sample.name == "abstream_system_lag_seconds":
                 found.system_lag = sample.value
             elif sample.name == "abstream_gold_freshness_seconds_bucket":
@@ -207,9 +260,16 @@ def live_lines(text: str, now: float, speedup: float) -> str:
     return _EVENT_TS.sub(moved, text)
 
 
+def next_round(text: str, round_: int) -> str:
+    """``text``'s lines as the dataset's round ``round_`` lands them: their event, session
+    and visitor ids prefixed with it (round 0 as they are)."""
+    return text if round_ == 0 else _IDS.sub(rf'"\1":"{round_}-', text)
+
+
 class Feeder:
     """Lands the dataset's files at a fixed rate, each stamped with its landing time; with
-    ``live``, its event times moved to the clock too (``live_lines``)."""
+    ``live``, its event times moved to the clock too (``live_lines``), and the dataset
+    landed again round after round (``next_round``) when it runs out."""
 
     def __init__(self, files: list[Path], landing: Path, rate: int, live: bool = False) -> None:
         self.files, self.landing, self.rate, self.live = files, landing, rate, live
@@ -221,16 +281,18 @@ class Feeder:
     def land_one(self) -> None:
         """Land the next file: a copy under a hidden name, stamped, then renamed (a link
         would stamp the dataset's own file, and later runs would read it out of order)."""
-        path = self.files[self.landed]
-        hidden = self.landing / f".{path.name}"
+        round_, index = divmod(self.landed, len(self.files))
+        path = self.files[index]
+        name = path.name if round_ == 0 else f"{path.stem}-r{round_}{path.suffix}"
+        hidden = self.landing / f".{name}"
         now = time.time()
         if self.live:
-            hidden.write_text(live_lines(path.read_text(), now,
+            hidden.write_text(live_lines(next_round(path.read_text(), round_), now,
                                          self.rate / (EVENTS_PER_DAY / 86_400)))
         else:
             shutil.copyfile(path, hidden)
         os.utime(hidden, (now, now))
-        hidden.rename(self.landing / path.name)
+        hidden.rename(self.landing / name)
         self.landed += 1
 
     def start(self) -> None:
@@ -238,7 +300,7 @@ class Feeder:
         self.began = time.monotonic() - self.landed * self.per_file / self.rate
 
     def land_due(self) -> None:
-        while (self.landed < len(self.files)
+        while (not self.exhausted
                and self.began + self.landed * self.per_file / self.rate <= time.monotonic()):
             self.land_one()
 
@@ -248,7 +310,7 @@ class Feeder:
 
     @property
     def exhausted(self) -> bool:
-        return self.landed == len(self.files)
+        return not self.live and self.landed == len(self.files)
 
 
 def warm_up(child: subprocess.Popen, url: str, feeder: Feeder) -> None:
@@ -265,12 +327,25 @@ def warm_up(child: subprocess.Popen, url: str, feeder: Feeder) -> None:
         time.sleep(1)
 
 
+def sample(found: Scrape, batches: dict[str, float], at: float, landed: int, *, state: Path,
+           pid: int) -> Sample:
+    """A sample of a scrape (``found``; ``batches``: the micro-batch counts of the scrape
+    before), with the bytes of the ``state`` folder and the RSS of ``pid``'s tree."""
+    return Sample(at, landed, found.lag, found.system_lag, found.state_rows,
+                  folder_bytes(state) if state.exists() else 0,
+                  round(process_tree_rss(pid) / 2**20, 1),
+                  {job: found.durations[job] for job, count in found.batches.items()
+                   if count > batches.get(job, 0) and job in found.durations})
+
+
 def run_step(rate: int, args: argparse.Namespace) -> Step:
     step = Step(rate)
     seconds = args.warmup + args.hold
     needed = rate * seconds
-    source = dataset(next((size for size in DATASETS if size >= needed),
-                          math.ceil(needed / 1e6) * 1_000_000), args.seed)
+    # A live step lands the smallest dataset round after round.
+    source = dataset(DATASETS[0] if args.live else next(
+        (size for size in DATASETS if size >= needed), math.ceil(needed / 1e6) * 1_000_000),
+        args.seed)
     work = RESULTS / "work-sustained"
     shutil.rmtree(work, ignore_errors=True)
     (work / "landing").mkdir(parents=True)
@@ -279,7 +354,9 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
     log.info("%s events/s: starting abstream run", f"{rate:,}")
     child = start_pipeline(work, port, args.trigger, args.publish_every)
     feeder = Feeder(sorted(source.glob("beacons-*")), work / "landing", rate, args.live)
+    state = Path(Layout.of(work).checkpoint(sessionize.NAME)) / "state"
     judged_from: Scrape | None = None
+    batches: dict[str, float] = {}
     try:
         warm_up(child, url, feeder)
         log.info("%s events/s: landing files for %d s%s", f"{rate:,}", seconds,
@@ -293,23 +370,17 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
                 step.reason = f"abstream run exited with {child.returncode}"
                 break
             if found is not None:
-                lag = found.lag
-                step.samples.append(Sample(round(elapsed, 1), feeder.events, lag,
-                                           found.system_lag, found.state_rows))
+                step.samples.append(sample(found, batches, round(elapsed, 1), feeder.events,
+                                           state=state, pid=child.pid))
+                batches = found.batches
                 if elapsed >= args.warmup:
                     judged_from = judged_from or found
-                    step.freshness_s = {
-                        name: quantile(q, judged_from.freshness, found.freshness)
-                        for name, q in (("p50", 0.5), ("p90", 0.9))}
-                    step.judged_seconds = round(elapsed - args.warmup, 1)
-                    for name, value in {**lag, "system": found.system_lag}.items():
-                        step.max_lag[name] = round(max(step.max_lag.get(name, 0.0), value), 1)
-                    worst = max(lag, key=lambda name: lag[name])
-                    if lag[worst] >= args.max_lag:
-                        step.reason = f"{worst} lag {lag[worst]:.0f} s at {elapsed:.0f} s"
-                        break
+                step.judge(found, elapsed, judged_from, warmup=args.warmup,
+                           max_lag=args.max_lag)
+                if step.reason:
+                    break
                 log.info("%s events/s, %3.0f s: lag %s", f"{rate:,}", elapsed,
-                         " ".join(f"{n}={v:.0f}s" for n, v in sorted(lag.items())))
+                         " ".join(f"{n}={v:.0f}s" for n, v in sorted(found.lag.items())))
             if elapsed >= seconds:
                 step.passed = True
                 break
@@ -349,18 +420,49 @@ def search(args: argparse.Namespace) -> list[Step]:
     return steps
 
 
-def state_growth(step: Step, warmup: float) -> dict[str, float | None]:
-    """Per query, the most state rows in the last third of the judged time over the most in
-    the third before it: about 1 once state is bounded."""
-    judged = [s for s in step.samples if s.at >= warmup]
-    third = len(judged) // 3
-    growth: dict[str, float | None] = {}
-    for component in COMPONENTS:
-        middle = [s.state_rows.get(component.name, 0.0) for s in judged[third:2 * third]]
-        last = [s.state_rows.get(component.name, 0.0) for s in judged[2 * third:]]
-        growth[component.name] = (round(max(last) / max(middle), 3)
-                                  if middle and last and max(middle) else None)
-    return growth
+def slope(points: list[tuple[float, float]]) -> dict[str, float] | None:
+    """The least-squares line through ``points`` (seconds, value): its slope per hour, the
+    slope's standard error per hour (``noise_per_hour``), and the values' mean; None under
+    three points or when they share one time."""
+    n = len(points)
+    if n < 3:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return None
+    per_second = sum((t - mean_t) * (v - mean_v) for t, v in points) / spread
+    residuals = sum((v - mean_v - per_second * (t - mean_t)) ** 2 for t, v in points)
+    error = math.sqrt(residuals / (n - 2) / spread)
+    return {"per_hour": round(per_second * 3600, 3), "noise_per_hour": round(error * 3600, 3),
+            "mean": round(mean_v, 3), "points": n}
+
+
+def steady_state(step: Step, window: float) -> dict[str, Any]:
+    """Over the last ``window`` seconds of the step's judged time: each series' slope per
+    hour (``slope``), when sessionize's state first reached ``LEVEL`` of its median there
+    (``levelled_at_seconds``, seconds since the rate was first held), and the state a steady
+    stream holds at this rate."""
+    span = min(window, step.hold_seconds)
+    judged = [s for s in step.samples if s.at >= step.samples[-1].at - span] \
+        if step.samples else []
+    name = sessionize.NAME
+    series = {
+        "state_rows": [(s.at, s.state_rows.get(name, 0.0)) for s in judged],
+        "state_bytes": [(s.at, float(s.state_bytes)) for s in judged],
+        "rss_mb": [(s.at, s.rss_mb) for s in judged]}
+    slopes: dict[str, Any] = {key: slope(points) for key, points in series.items()}
+    slopes["batch_seconds"] = {c.name: slope([(s.at, s.batch_seconds[c.name]) for s in judged
+                                              if c.name in s.batch_seconds])
+                               for c in COMPONENTS}
+    rows = sorted(v for _, v in series["state_rows"])
+    level = rows[len(rows) // 2] if rows else 0.0
+    levelled = next((s.at for s in step.samples if level
+                     and s.state_rows.get(name, 0.0) >= LEVEL * level), None)
+    return {"slope_window_seconds": round(span, 1),
+            "slopes_per_hour": slopes, "levelled_at_seconds": levelled,
+            "state_rows_level": level, "expected_state_rows": step.rate * HELD_SECONDS}
 
 
 def trigger(text: str) -> tuple[str, str]:
@@ -372,24 +474,43 @@ def trigger(text: str) -> tuple[str, str]:
 
 
 def chart(step: Step, max_lag: float, path: Path) -> None:
-    figure = Figure(figsize=(11, 7))
-    lag_axis, state_axis = figure.subplots(2, 1, sharex=True)
+    """The step's series against time: lags, state rows, state bytes and RSS, micro-batch
+    durations."""
+    figure = Figure(figsize=(11, 12))
+    lag_axis, state_axis, bytes_axis, batch_axis = figure.subplots(4, 1, sharex=True)
     times = [s.at for s in step.samples]
     for component in COMPONENTS:
         lag_axis.plot(times, [s.lag.get(component.name, 0.0) for s in step.samples],
                       label=component.name)
         state_axis.plot(times, [s.state_rows.get(component.name, 0.0) for s in step.samples],
                         label=component.name)
+        ended = [s for s in step.samples if component.name in s.batch_seconds]
+        batch_axis.plot([s.at for s in ended], [s.batch_seconds[component.name] for s in ended],
+                        ".", markersize=3, label=component.name)
     lag_axis.plot(times, [s.system_lag for s in step.samples], color="grey", linestyle=":",
                   label="system (landing to gold)")
     lag_axis.axhline(max_lag, color="red", linestyle="--", label="bound")
     lag_axis.set(title=f"lag (s) at {step.rate:,} events/s", ylim=(0, None))
-    lag_axis.legend()
-    state_axis.set(title="state rows", xlabel="seconds since the first file landed",
+    state_axis.set(title="state rows", ylim=(0, None))
+    bytes_axis.plot(times, [s.state_bytes / 2**20 for s in step.samples],
+                    label="sessionize state on disk (MB)")
+    bytes_axis.plot(times, [s.rss_mb for s in step.samples], label="RSS of the run (MB)")
+    bytes_axis.set(title="MB", ylim=(0, None))
+    batch_axis.set(title="micro-batch seconds", xlabel="seconds since the rate was held",
                    ylim=(0, None))
-    state_axis.legend()
+    for axis in (lag_axis, state_axis, bytes_axis, batch_axis):
+        axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+
+
+def _slope_text(name: str, fitted: Any) -> str:
+    if fitted is None:
+        return f"{name} -"
+    if "per_hour" not in fitted:
+        return "; ".join(_slope_text(f"{name}[{key}]", value) for key, value in fitted.items())
+    return f"{name} {fitted['per_hour']:+,.3g} ± {fitted['noise_per_hour']:,.2g} " \
+        f"(mean {fitted['mean']:,.4g})"
 
 
 def main() -> int:
@@ -399,7 +520,10 @@ def main() -> int:
                         help="the next rate after a pass, until the first failure")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=60)
-    parser.add_argument("--hold", type=int, default=300)
+    parser.add_argument("--hold", type=int, default=300,
+                        help="seconds judged after the warm-up (a live step can hold any)")
+    parser.add_argument("--slope-window", type=float, default=1800.0,
+                        help="the last seconds of the judged time the slopes are fitted on")
     parser.add_argument("--max-lag", type=float, default=30.0)
     parser.add_argument("--trigger", action="append", type=trigger, default=[],
                         metavar="COMPONENT=INTERVAL",
@@ -426,7 +550,7 @@ def main() -> int:
         "event_times": "live" if args.live else "replayed",
         "triggers": args.trigger,
         "publish_every": args.publish_every,
-        "steps": [s.summary() for s in steps],
+        "steps": [s.summary(args.slope_window) for s in steps],
         "machine": machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -435,14 +559,18 @@ def main() -> int:
                                                       for name in columns)
           + f" {'freshness p50/p90':>18}")
     for step in steps:
-        freshness = "/".join("-" if value is None else f"{value:.0f}"
-                             for value in step.freshness_s.values()) or "-"
+        freshness = "/".join("-" if value is None else f"{value:.0f}" for value in
+                             (step.freshness_p50_seconds, step.freshness_p90_seconds))
         print(f"{step.rate:>9,} {'pass' if step.passed else 'fail':<8} "
-              + " ".join(f"{step.max_lag.get(name, 0.0):>19.1f}s" for name in columns)
+              + " ".join(f"{step.max_lag_seconds.get(name, 0.0):>19.1f}s" for name in columns)
               + f" {freshness + ' s':>18}"
               + ("" if step.passed else f"  {step.reason}"))
+    for summary in result["steps"]:
+        print(f"{summary['rate']:>9,} slopes per hour over the last "
+              f"{summary['slope_window_seconds']:.0f} s (± standard error): "
+              + "; ".join(_slope_text(key, value)
+                          for key, value in summary["slopes_per_hour"].items()))
     if best:
-        result["state_growth"] = state_growth(best, args.warmup)
         result["best_samples"] = [asdict(s) for s in best.samples]
     stem = write_result(result, "sustained")
     if best:

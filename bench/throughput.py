@@ -13,7 +13,11 @@ that process tree:
   then a 5-minute windowed aggregation per experiment and variant into a Delta table, all
   with Spark's defaults (200 shuffle partitions, the HDFS-backed state store);
 - parse floor: the landing files read as lines and parsed with the beacon schema
-  (``from_json``), into Spark's no-op sink: what any job over these files costs at least.
+  (``from_json``), into Spark's no-op sink: what any job over these files costs at least;
+- warm: the pipeline twice in one JVM, each time into fresh tables: the first pass is a
+  second cold figure (``cold_again_events_per_s``: with the first, the run's noise), the
+  second runs with every class loaded and compiled, as a service that has run a while
+  does (``warm_end_to_end_events_per_s``).
 
     python -m bench.throughput [--events 2000000] [--seed 1] [--config FILE]
 
@@ -72,6 +76,8 @@ SPARK_DEFAULTS = {
 
 
 def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str, Any]:
+    """The speed layer over ``landing`` into fresh tables under ``work``, in this process's
+    SparkSession (the first pass starts it); its figures."""
     config = load_config(config_file, data_dir=work)
     layout = Layout.of_config(config)
     link_landing(landing, Path(layout.landing))
@@ -82,7 +88,6 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
             run_once(ctx, [component])
             seconds[component.name] = round(time.monotonic() - began, 2)
         stats = ctx.stats.as_dict()
-    ctx.spark.stop()
     return {
         "seconds": seconds,
         "rows_in": {name: stats[name]["input_rows"] for name in seconds},
@@ -94,6 +99,15 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
                              for name in seconds},
         "step_seconds": {name: stats[name]["step_seconds"] for name in seconds},
     }
+
+
+def run_passes(landing: Path, work: Path, config_file: str | None, passes: int
+               ) -> list[dict[str, Any]]:
+    """``run_pipeline`` ``passes`` times in one JVM, each into a folder of its own."""
+    results = [run_pipeline(landing, work / f"pass-{number}", config_file)
+               for number in range(1, passes + 1)]
+    SparkSession.getActiveSession().stop()
+    return results
 
 
 def naive_chain(beacons: DataFrame) -> DataFrame:
@@ -153,11 +167,12 @@ def run_parse_floor(landing: Path, work: Path) -> dict[str, Any]:
 
 
 def summarize(records: int, pipeline_result: dict, baseline: dict, floor: dict,
-              config_file: str | None) -> dict[str, Any]:
+              config_file: str | None, *, warm: dict[str, Any]) -> dict[str, Any]:
     rates = speed_layer_rates(records, pipeline_result["seconds"])
     end_to_end = rates["end_to_end_events_per_s"]
     base = rate(records, baseline["seconds"])
     parse_floor = rate(records, floor["seconds"])
+    again, warmed = (speed_layer_rates(records, side["seconds"]) for side in warm["passes"])
     return {
         "benchmark": "throughput",
         "events": records,
@@ -168,10 +183,18 @@ def summarize(records: int, pipeline_result: dict, baseline: dict, floor: dict,
         "end_to_end_over_parse_floor": round(end_to_end / parse_floor, 3) if parse_floor
         else None,
         "per_component_events_per_s": rates["per_component_events_per_s"],
+        "cold_again_events_per_s": again["end_to_end_events_per_s"],
+        "warm_end_to_end_events_per_s": warmed["end_to_end_events_per_s"],
+        "warm_ratio": round(warmed["end_to_end_events_per_s"] / base, 3) if base else None,
+        "warm_per_component_events_per_s": warmed["per_component_events_per_s"],
+        "warm_step_seconds": warm["passes"][1]["step_seconds"],
         "peak_rss_mb": pipeline_result["peak_rss_mb"],
+        "warm_peak_rss_mb": warm["peak_rss_mb"],
         "baseline_peak_rss_mb": baseline["peak_rss_mb"],
         "seconds": {**rates["seconds"], "baseline": baseline["seconds"],
-                    "parse_floor": floor["seconds"]},
+                    "parse_floor": floor["seconds"],
+                    "cold_again": again["seconds"]["end_to_end"],
+                    "warm": warmed["seconds"]["end_to_end"]},
         "rows_in": pipeline_result["rows_in"],
         "written": pipeline_result["written"],
         "state_rows": pipeline_result["state_rows"],
@@ -199,9 +222,14 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['baseline_events_per_s']:>10,}")
     print(f"{'parse floor':<22} {seconds['parse_floor']:>9.1f} "
           f"{result['parse_floor_events_per_s']:>10,}")
+    print(f"{'speed layer, cold again':<22} {seconds['cold_again']:>9.1f} "
+          f"{result['cold_again_events_per_s']:>10,}")
+    print(f"{'speed layer, warm':<22} {seconds['warm']:>9.1f} "
+          f"{result['warm_end_to_end_events_per_s']:>10,}")
     print_steps(result)
     print(f"\n{result['events']:,} beacons; end to end / baseline = {result['ratio']}x; "
           f"end to end / parse floor = {result['end_to_end_over_parse_floor']}x; "
+          f"warm / baseline = {result['warm_ratio']}x; "
           f"peak RSS {result['peak_rss_mb']:,} MB (baseline {result['baseline_peak_rss_mb']:,} MB)"
           f"; {result['machine']}")
 
@@ -220,15 +248,17 @@ def print_steps(result: dict[str, Any]) -> None:
 def main() -> int:
     parser = dataset_parser(__doc__, 2_000_000)
     parser.add_argument("--config", help="an abstream YAML config for the pipeline side")
-    parser.add_argument("--phase", choices=("pipeline", "baseline", "parse-floor"),
+    parser.add_argument("--phase", choices=("pipeline", "baseline", "parse-floor", "warm"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--landing", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     log_progress()
 
-    if args.phase == "pipeline":
-        print(json.dumps(run_pipeline(args.landing, args.work, args.config)))
+    if args.phase in ("pipeline", "warm"):
+        passes = run_passes(args.landing, args.work, args.config,
+                            2 if args.phase == "warm" else 1)
+        print(json.dumps({"passes": passes} if args.phase == "warm" else passes[0]))
         return 0
     if args.phase == "baseline":
         print(json.dumps(run_baseline(args.landing, args.work)))
@@ -247,8 +277,10 @@ def main() -> int:
     baseline = run_phase("baseline", landing, work / "baseline", None)
     log.info("parse floor on the same beacons")
     floor = run_phase("parse-floor", landing, work / "parse-floor", None)
+    log.info("the speed layer twice in one JVM: cold again, then warm")
+    warm = run_phase("warm", landing, work / "warm", args.config)
     shutil.rmtree(work, ignore_errors=True)
-    result = summarize(records, pipeline_result, baseline, floor, args.config)
+    result = summarize(records, pipeline_result, baseline, floor, args.config, warm=warm)
     print_table(result)
     write_result(result, f"throughput-{records}")
     return 0
