@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # SparkSession): most of a test's time is the driver's, one core each.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning \
+.PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning bench-days bench-peers \
 	bench-sessionize bench-lag-scrape bench-latency bench-maintain bench-serve chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
@@ -24,8 +24,10 @@ help:
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s (--live --hold N: a steady state, its slopes)"
 	@echo "make bench-maintain   what maintain compacts and vacuums after the speed layer on 20M beacons"
+	@echo "make bench-days       7 days of event time through the running speed layer, maintain daily: sizes per day and their growth"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
 	@echo "make bench-serve      abstream serve's latency and the results page's load time, 20 experiments"
+	@echo "make bench-peers      the speed layer against Flink SQL (PyFlink) and the idiomatic Structured Streaming job, same beacons"
 	@echo "make bench-sessionize / bench-lag-scrape / bench-latency  the other benchmarks"
 	@echo "make chaos  kill -9 the speed layer (and the batch layer) at random moments: nothing lost"
 	@echo "            or duplicated (ARGS='--source kafka', '--kills N')"
@@ -79,11 +81,18 @@ bench-growth: bench-deps
 bench-maintain: bench-deps
 	$(BIN)/python -m bench.maintain $(ARGS)
 
+bench-days: bench-deps
+	$(BIN)/python -m bench.days $(ARGS)
+
 bench-sustained: bench-deps
 	$(BIN)/python -m bench.sustained $(ARGS)
 
 bench-tuning: bench-deps
 	$(BIN)/python -m bench.tuning $(ARGS)
+
+bench-peers: bench-deps
+	$(BIN)/python -m pip install --quiet --no-deps -r bench/flink-requirements.txt
+	$(BIN)/python -m bench.peers $(ARGS)
 
 bench-sessionize: bench-deps
 	$(BIN)/python -m bench.sessionize $(ARGS)

@@ -1,4 +1,5 @@
-"""What the benchmarks share: the generated dataset and its landing folders, the results
+"""What the benchmarks share: the generated dataset and its landing folders, the rewriting of
+its lines when they are landed again (new ids per round, event times moved), the results
 folder, the machine's description, rates, progress logging, the speed layer's run in a
 process of its own (``throughput``'s phases) with the peak memory of its process tree, and
 the wait for an AvailableNow query to end."""
@@ -10,11 +11,13 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,9 +25,10 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from abstream.config import EventsSettings
-from abstream.generator.write import GeneratorSettings, generate
+from abstream.generator.write import GeneratorSettings, format_ts, generate
 from abstream.speed import ingest, sessionize
 from abstream.stages.beacons import input_schema
+from abstream.times import epoch_from_iso
 
 log = logging.getLogger("bench.common")
 HERE = Path(__file__).parent
@@ -37,20 +41,24 @@ COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT)
 SAMPLE_SECONDS = 0.25
 #: The generated traffic's density in event time, whatever the dataset's size.
 EVENTS_PER_DAY = 2_000_000
+_EVENT_TS = re.compile(r'"event_ts":"([0-9T:.+-]+Z)"')
+_IDS = re.compile(r'"(event_id|session_id|visitor_id)":"')
 
 
-def dataset(events: int, seed: int) -> Path:
+def dataset(events: int, seed: int, per_day: int = EVENTS_PER_DAY) -> Path:
     """The landing files of ``events`` beacons from ``seed``, generated on first use.
 
-    Every size is the same traffic, ``EVENTS_PER_DAY`` of event time, for longer or shorter:
-    a bigger dataset is a longer stream, not a denser one."""
-    folder = DATA / f"beacons-{events}-seed{seed}"
+    Every size is the same traffic, ``per_day`` events a day of event time
+    (``EVENTS_PER_DAY`` unless told), for longer or shorter: a bigger dataset is a longer
+    stream, not a denser one."""
+    density = "" if per_day == EVENTS_PER_DAY else f"-perday{per_day}"
+    folder = DATA / f"beacons-{events}{density}-seed{seed}"
     done = folder / "_summary.json"
-    if not done.exists() or json.loads(done.read_text()).get("events_per_day") != EVENTS_PER_DAY:
+    if not done.exists() or json.loads(done.read_text()).get("events_per_day") != per_day:
         shutil.rmtree(folder, ignore_errors=True)
         log.info("generating %s beacons (seed %d) into %s, once", f"{events:,}", seed, folder)
         settings = GeneratorSettings(events=events, seed=seed,
-                                     span=timedelta(days=events / EVENTS_PER_DAY))
+                                     span=timedelta(days=events / per_day))
         step = max(1, events // 10 // settings.file_events) * settings.file_events
 
         def progress(records: int) -> None:
@@ -59,8 +67,41 @@ def dataset(events: int, seed: int) -> Path:
 
         summary = generate(settings, folder, progress)
         done.write_text(json.dumps({"records": summary.records, "events": summary.events,
-                                    "events_per_day": EVENTS_PER_DAY}))
+                                    "events_per_day": per_day}))
     return folder
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return epoch_from_iso(text)
+    except ValueError:
+        return None
+
+
+def event_times(text: str) -> list[float | None]:
+    """The event time (epoch seconds) of each of ``text``'s lines that has one, in order;
+    None where it is not valid ISO-8601 (the dataset's malformed lines)."""
+    return [_epoch(found) for found in _EVENT_TS.findall(text)]
+
+
+def move_event_times(text: str, move: Callable[[float], float]) -> str:
+    """``text``'s lines with each valid event time ``ts`` (epoch seconds) replaced by
+    ``move(ts)``, to the millisecond; event times that are not valid ISO-8601 are left as
+    they are."""
+
+    def moved(match: re.Match[str]) -> str:
+        ts = _epoch(match.group(1))
+        if ts is None:
+            return match.group(0)
+        return f'"event_ts":"{format_ts(round(move(ts) * 1000))}"'
+
+    return _EVENT_TS.sub(moved, text)
+
+
+def next_round(text: str, round_: int) -> str:
+    """``text``'s lines as the dataset's round ``round_`` lands them: their event, session
+    and visitor ids prefixed with it (round 0 as they are)."""
+    return text if round_ == 0 else _IDS.sub(rf'"\1":"{round_}-', text)
 
 
 def link_landing(source: Path, landing: Path) -> None:
@@ -128,12 +169,13 @@ def process_tree_rss(root: int) -> int:
 
 
 def run_phase(phase: str, landing: Path, work: Path, config_file: str | None,
-              settings: dict[str, str] | None = None, *, source: Path | None = None
-              ) -> dict[str, Any]:
-    """Run one side of ``bench.throughput`` (``--phase``) in a process of its own
-    (``settings``: more environment variables; ``source``: another checkout of abstream to
-    run, its ``src`` and ``bench``); its result and the peak RSS of its tree."""
-    command = [sys.executable, "-m", "bench.throughput", "--phase", phase,
+              settings: dict[str, str] | None = None, *, source: Path | None = None,
+              module: str = "bench.throughput") -> dict[str, Any]:
+    """Run one side of a benchmark (``module``, ``bench.throughput`` by default, with
+    ``--phase``) in a process of its own (``settings``: more environment variables;
+    ``source``: another checkout of abstream to run, its ``src`` and ``bench``); its result
+    (the last line of its output, JSON) and the peak RSS of its tree."""
+    command = [sys.executable, "-m", module, "--phase", phase,
                "--landing", str(landing.resolve()), "--work", str(work.resolve()),
                *(["--config", config_file] if config_file else [])]
     env = {**os.environ, **(settings or {})}

@@ -39,18 +39,18 @@ steps in all.
     python -m bench.sustained [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
         [--steps 4] [--slope-window 1800]
 
-Prints a table, then one JSON object as the last line; writes it, a chart of the best
-passing step's lags and state rows, and each step's log of ``abstream run`` to
-bench/results/.
+Prints a table, then one JSON object as the last line (each step's figures); writes it
+with every step's sampled series (``samples``), a chart of the best passing step (the last
+step when none passed) and each step's log of ``abstream run`` to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -66,18 +66,19 @@ from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
 from tests.servers import free_port
 
-from abstream.generator.write import format_ts
 from abstream.layout import Layout
 from abstream.speed import sessionize
-from abstream.times import epoch_from_iso
 from bench.common import (
     COMPONENTS,
     EVENTS_PER_DAY,
     RESULTS,
     dataset,
+    event_times,
     folder_bytes,
     log_progress,
     machine,
+    move_event_times,
+    next_round,
     process_tree_rss,
     write_result,
 )
@@ -92,8 +93,6 @@ STOP_SECONDS = 120
 #: component's lag peaks at about its trigger interval plus one micro-batch; shorter ones
 #: spend more of the machine on each micro-batch's fixed cost.
 TRIGGERS = {"ingest": "5 seconds", "sessionize": "5 seconds"}
-_EVENT_TS = re.compile(r'"event_ts":"([0-9T:.+-]+Z)"')
-_IDS = re.compile(r'"(event_id|session_id|visitor_id)":"')
 #: A visit's events stay in state until its last event is this far behind the watermark.
 HELD_SECONDS = (35 + 15) * 60
 #: Sessionize's state reached this share of its level when it levelled off.
@@ -148,7 +147,8 @@ class Step:
 
     def summary(self, slope_window: float) -> dict[str, Any]:
         return {**{key: value for key, value in asdict(self).items() if key != "samples"},
-                **steady_state(self, slope_window)}
+                **steady_state(self, slope_window),
+                "samples": [asdict(s) for s in self.samples]}
 
 
 @dataclass
@@ -231,39 +231,16 @@ def stop_pipeline(child: subprocess.Popen) -> None:
         child.wait()
 
 
-def _epoch(text: str) -> float | None:
-    try:
-        return epoch_from_iso(text)
-    except ValueError:
-        return None
-
-
 def live_lines(text: str, now: float, speedup: float) -> str:
     """``text``'s lines with their event times moved to the clock: the 99th percentile at
     ``now`` (the latest would be one of the dataset's deliberately far-future lines), each
     other one away from it by its distance in the dataset over ``speedup``. Event times that
     are not valid ISO-8601 (more malformed lines) are left as they are."""
-    parsed = [_epoch(found) for found in _EVENT_TS.findall(text)]
-    valid = sorted(t for t in parsed if t is not None)
+    valid = sorted(t for t in event_times(text) if t is not None)
     if not valid:
         return text
     latest = valid[int(0.99 * (len(valid) - 1))]
-    # The substitution meets the event times in the order findall found them.
-    times = iter(parsed)
-
-    def moved(match: re.Match[str]) -> str:
-        ts = next(times)
-        if ts is None:
-            return match.group(0)
-        return f'"event_ts":"{format_ts(int((now - (latest - ts) / speedup) * 1000))}"'
-
-    return _EVENT_TS.sub(moved, text)
-
-
-def next_round(text: str, round_: int) -> str:
-    """``text``'s lines as the dataset's round ``round_`` lands them: their event, session
-    and visitor ids prefixed with it (round 0 as they are)."""
-    return text if round_ == 0 else _IDS.sub(rf'"\1":"{round_}-', text)
+    return move_event_times(text, lambda ts: now - (latest - ts) / speedup)
 
 
 class Feeder:
@@ -570,11 +547,12 @@ def main() -> int:
               f"{summary['slope_window_seconds']:.0f} s (± standard error): "
               + "; ".join(_slope_text(key, value)
                           for key, value in summary["slopes_per_hour"].items()))
-    if best:
-        result["best_samples"] = [asdict(s) for s in best.samples]
-    stem = write_result(result, "sustained")
-    if best:
-        chart(best, args.max_lag, stem.with_suffix(".png"))
+    # The file keeps every step's series; the line printed, their figures alone.
+    stem = write_result(result, "sustained", final=False)
+    print(json.dumps({**result, "steps": [{k: v for k, v in summary.items() if k != "samples"}
+                                          for summary in result["steps"]]}))
+    if steps:
+        chart(best or steps[-1], args.max_lag, stem.with_suffix(".png"))
     return 0
 
 

@@ -91,6 +91,8 @@ def run_pipeline(landing: Path, work: Path, config_file: str | None) -> dict[str
     return {
         "seconds": seconds,
         "rows_in": {name: stats[name]["input_rows"] for name in seconds},
+        "duplicates_dropped": {name: stats[name]["duplicates_dropped"] for name in seconds},
+        "late_rows_dropped": {name: stats[name]["late_rows_dropped"] for name in seconds},
         "written": {name: stats[name]["written"] for name in seconds},
         "state_rows": {name: stats[name]["state_rows"] for name in seconds},
         "peak_state_rows": {name: stats[name]["peak_state_rows"] for name in seconds},

@@ -134,7 +134,8 @@ def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):
     stats = ctx.stats.as_dict()["sessionize"]
     assert stats["peak_state_rows"] == 8, "long's six events and the two visits before it"
     assert stats["state_rows"] == 1, "only the visit at +9 h is still open"
-    assert set(stats["step_seconds"]) == {"events snapshot", "visits", "open snapshot",
+    assert set(stats["step_seconds"]) == {"touched visits", "events snapshot", "visits",
+                                          "open snapshot", "untouched closing",
                                           "silver append", "gold append",
                                           "definitions append"}
     assert ctx.stats.component("sessionize").batches >= 7

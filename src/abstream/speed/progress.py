@@ -83,8 +83,10 @@ class RunStats:
         try:
             yield
         finally:
+            seconds = time.monotonic() - began
             with self._lock:
-                stats.step_seconds[name] += time.monotonic() - began
+                stats.step_seconds[name] += seconds
+            log.debug("%s: %s took %.2f s", component, name, seconds)
 
     def timed(self, component: str, name: str, action: Callable[P, R]) -> Callable[P, R]:
         """``action``, its calls added to the component's ``name`` step."""

@@ -98,13 +98,13 @@ def _micros(value: int | None) -> Column:
     return F.timestamp_micros(F.lit(value))
 
 
-def fresh_targets(events: DataFrame, entries: DataFrame, counted: DataFrame) -> DataFrame:
+def fresh_targets(events: DataFrame, entries: DataFrame, carried: DataFrame) -> DataFrame:
     """What each event counts for now (``sessions.event_targets``) and was not counted for
-    before: ``counted`` holds the entries of the visits the carried events were counted in
-    (by their ``counted_in``); targets only grow, so the difference is what is new."""
-    before = counted.select(
-        "session_id", F.col("visit_start").alias("counted_in"),
-        F.col("id").alias("experiment_id"), "variant",
+    before: what the ``carried`` events (with the visit they were counted in,
+    ``counted_in``) list is what the visits they were counted in listed, as those visits
+    held them all; targets only grow, so the difference is what is new."""
+    before = sessions.listed_entries(carried, ("session_id", "counted_in")).select(
+        "session_id", "counted_in", F.col("id").alias("experiment_id"), "variant",
         F.col("qualified").alias("was_qualified"), F.col("exposed_at").alias("was_exposed_at"))
     targets = sessions.event_targets(events, entries).join(
         F.broadcast(before), ["session_id", "counted_in", "experiment_id", "variant"], "left")
@@ -390,6 +390,8 @@ def build(ctx: Context) -> DataStreamWriter:
     snapshot_events = timed("events snapshot", _snapshot_events)
     visits_on_disk = timed("visits", local_disk.DiskFrames.put)
     leave_open = timed("open snapshot", _leave_open)
+    snapshots_of = timed("touched visits", _snapshots_of)
+    closing_or_settling = timed("untouched closing", _closing_or_settling)
     checkpoint = ctx.layout.checkpoint(NAME)
     commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
     state = StateSnapshots(spark, checkpoint + "/state",
@@ -408,7 +410,7 @@ def build(ctx: Context) -> DataStreamWriter:
             .persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # Only the snapshots that hold the touched visits are read: no open visit, none.
-            touched_in = _snapshots_of(touched_visits) if generations else ()
+            touched_in = snapshots_of(touched_visits) if generations else ()
             held_touched = _events_of(
                 _generations(state, touched_in, columns)
                 .join(touched, "session_id", "left_semi"),
@@ -437,7 +439,7 @@ def build(ctx: Context) -> DataStreamWriter:
                     .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
                     settling=settling, held_in=generations,
                     limit=settings.state_generations, columns=columns)
-                untouched = _closing_or_settling(
+                untouched = closing_or_settling(
                     state, untouched_visits.where(~still_open | settling),
                     (*kept["closing_in"], *kept["settling_in"]), disk.put, visits)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
@@ -445,8 +447,7 @@ def build(ctx: Context) -> DataStreamWriter:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
                 append_gold(
                     fresh_targets(sessionized, sessions.visit_entries(visits),
-                                  sessions.visit_entries(
-                                      _whole(state, touched_visits, touched_in))),
+                                  sessionized.where(F.col("counted_in").isNotNull())),
                     sessions.visit_targets(closed),
                     _settled_targets(visits.unionByName(untouched.where(settling)), closing_at),
                     writer_id, batch_id)

@@ -92,22 +92,29 @@ def with_visit_start(events: DataFrame, gap: timedelta, apart: tuple[str, ...] =
     return events.withColumn("visit_start", F.max(starts).over(by_time))
 
 
+def listed_entries(events: DataFrame, visit: tuple[str, ...] = VISIT) -> DataFrame:
+    """One row per visit (its ``visit`` columns) and (experiment, variant) its ``events``
+    list: ``id``, ``variant``, whether the visit was exposed to it (``qualified``) and,
+    when it was, its first exposure to the experiment, any variant (``exposed_at``)."""
+    listed = events.select(*visit, F.col("event_ts").alias("ts"),
+                           F.explode("experiments").alias("e"))
+    # ``qualified`` absent from a beacon (NULL) means false.
+    per_variant = listed.groupBy(*visit, F.col("e.id").alias("id"),
+                                 F.col("e.variant").alias("variant")).agg(
+        F.min(F.when(F.col("e.qualified"), F.col("ts"))).alias("variant_exposed_at"))
+    qualified = F.col("variant_exposed_at").isNotNull()
+    return per_variant.select(
+        *visit, "id", "variant", qualified.alias("qualified"),
+        F.when(qualified, F.min("variant_exposed_at").over(
+            Window.partitionBy(*visit, "id"))).alias("exposed_at"))
+
+
 def _entries(started: DataFrame, catalog: Catalog) -> DataFrame:
     """One row per visit and (experiment, variant) its events list: whether the visit was
     exposed to it, the first exposure to the experiment (any variant) when it was, and the
     orders and, for an entry the visit was exposed to, the catalog's event parts from then
     on (NULL for the others: only the qualified population reads them)."""
-    listed = started.select(*VISIT, F.col("event_ts").alias("ts"),
-                            F.explode("experiments").alias("e"))
-    # ``qualified`` absent from a beacon (NULL) means false.
-    per_variant = listed.groupBy(*VISIT, F.col("e.id").alias("id"),
-                                 F.col("e.variant").alias("variant")).agg(
-        F.min(F.when(F.col("e.qualified"), F.col("ts"))).alias("variant_exposed_at"))
-    qualified = F.col("variant_exposed_at").isNotNull()
-    exposed = per_variant.select(
-        *VISIT, "id", "variant", qualified.alias("qualified"),
-        F.when(qualified, F.min("variant_exposed_at").over(
-            Window.partitionBy(*VISIT, "id"))).alias("exposed_at"))
+    exposed = listed_entries(started)
     order = F.col("type") == "order"
     read = sorted(parts.properties(catalog) - {"revenue"})
     counted = started.where(order | parts.any_event_part(catalog)) \
