@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from abstream.io import deltalog
 from abstream.lag.measure import (
     BEHIND,
     CAUGHT_UP,
@@ -264,3 +265,35 @@ def test_snapshot_when_early_commits_are_gone(spark, tmp_path):
     assert row.lag_seconds == pytest.approx(now - oldest_ms / 1000, abs=0.001)
     assert row.oldest_unprocessed_version is None
     assert row.unprocessed_versions == 2
+
+
+def test_a_monitor_lets_go_of_the_commits_behind_its_consumers(spark, tmp_path, monkeypatch):
+    """A monitor that follows a table for days holds the commits since its slowest
+    consumer's position (from the checkpoint before it), not every commit it has read, and
+    measures the same lag as a fresh one."""
+    monkeypatch.setattr(deltalog, "FORGET_AFTER", 2)
+    # Real commit times: Delta would clean up commits pinned years back at its checkpoints.
+    table = Table(spark, tmp_path / "table", pin=False)
+    table.sql("CREATE TABLE {t} (id BIGINT) USING delta "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    for _ in range(5):
+        table.commit(10, 1)
+    table.read(tmp_path / "consumer")  # read to version 5: its position is (6, -1)
+    for _ in range(3):
+        table.commit(10, 2)
+    now = time.time() + 100
+    source = MonitoredSource("consumer", str(tmp_path / "consumer"), str(table.path))
+    monitor = LagMonitor([source], clock=lambda: now)
+    (first,) = monitor.rows()
+    reader = monitor.table(str(table.path))
+    assert min(reader.versions) == 5, "the checkpoint at 4 stands for versions 0-4; 6 is not read"
+    (again,) = monitor.rows()
+    (fresh,) = LagMonitor([source], clock=lambda: now).rows()
+    assert first == again == fresh
+    assert first.status == BEHIND
+    assert first.unprocessed_versions == 3
+    # A consumer without a position yet needs every commit: nothing is let go.
+    never = LagMonitor([source, MonitoredSource("new", str(tmp_path / "new"),
+                                                str(table.path))], clock=lambda: now)
+    never.rows()
+    assert min(never.table(str(table.path)).versions) == 0

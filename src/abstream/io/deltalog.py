@@ -22,6 +22,9 @@ from abstream.times import epoch_from_iso
 log = logging.getLogger(__name__)
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+#: How many commits behind its slowest consumer a reader holds at most before it lets go
+#: of those a checkpoint covers.
+FORGET_AFTER = 1000
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet$")
 
 
@@ -225,12 +228,32 @@ class DeltaLogReader:
                 files[path] = DataFile(path, size, mtime, origin, minimum)
         return list(files.values())
 
+    def _checkpoints(self, version: int) -> list[int]:
+        """The versions of the log's checkpoints at or before ``version``, oldest first."""
+        return sorted({int(m.group(1)) for e in self.storage.list(self.log_dir)
+                       if (m := _CHECKPOINT.match(e.name)) and int(m.group(1)) <= version})
+
+    def forget_before(self, version: int) -> None:
+        """Let go of the commits neither ``version`` nor any snapshot from it on needs:
+        those up to the newest checkpoint before it, which rebuilds any later snapshot with
+        the commits after it. A reader that follows a table for days holds the commits since
+        its slowest consumer's position, not every commit it has read. The files of a
+        snapshot rebuilt from a checkpoint have no known adding version."""
+        if self.latest_version is None or version - (self.earliest_version or 0) < FORGET_AFTER:
+            return
+        checkpoints = self._checkpoints(version - 1)
+        if not checkpoints:
+            return
+        newest = checkpoints[-1]
+        self.versions = {n: v for n, v in self.versions.items() if n > newest}
+        self._snapshots = {n: f for n, f in self._snapshots.items() if n > newest}
+        self.earliest_version = newest + 1
+        log.debug("%s: commits up to version %d let go", self.location, newest)
+
     def _from_checkpoint(self, version: int) -> tuple[dict[str, DataFile], int]:
         """Files of the newest checkpoint at or before ``version`` (their adding versions are
         unknown), and the first version to replay after it."""
-        checkpoints = sorted(
-            {int(m.group(1)) for e in self.storage.list(self.log_dir)
-             if (m := _CHECKPOINT.match(e.name)) and int(m.group(1)) <= version})
+        checkpoints = self._checkpoints(version)
         if not checkpoints:
             log.warning("%s: commits before version %d are gone and no checkpoint covers them",
                         self.location, self.earliest_version)

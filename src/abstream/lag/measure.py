@@ -144,7 +144,19 @@ class LagMonitor:
         kinds = {s.source: source_kind(s.source) for s in self.sources}
         self.refresh_tables(src for src, kind in kinds.items() if kind == "delta")
         now_ms = int(self.clock() * 1000)
-        return [self._row(s, kinds[s.source], now_ms) for s in self.sources]
+        rows = [self._row(s, kinds[s.source], now_ms) for s in self.sources]
+        self._let_go(src for src, kind in kinds.items() if kind == "delta")
+        return rows
+
+    def _let_go(self, locations: Iterable[str]) -> None:
+        """Let each table's reader forget the commits before its slowest consumer's
+        position (none while a consumer has no position yet)."""
+        for location in locations:
+            table = self.table(location)
+            positions = [committed_version(table, self.checkpoint(s.checkpoint).committed())
+                         for s in self.sources if s.source == location]
+            if positions and None not in positions:
+                table.forget_before(min(p for p in positions if p is not None))
 
     def _row(self, monitored: MonitoredSource, kind: str | None, now_ms: int) -> LagRow:
         committed = None
@@ -253,17 +265,28 @@ def source_kind(location: str) -> str | None:
     return "files" if storage.entry(storage.root) is not None else None
 
 
+def _offset(table: DeltaLogReader, committed: Committed | None) -> dict[str, Any] | None:
+    """The committed end offset of a Delta source on ``table`` (None: none yet)."""
+    if committed is None:
+        return None
+    return next((o for o in committed.offsets
+                 if o is not None and o.get("reservoirId") == table.table_id), None)
+
+
+def committed_version(table: DeltaLogReader, committed: Committed | None) -> int | None:
+    """The table version of a Delta source's committed end offset (None: none yet)."""
+    offset = _offset(table, committed)
+    return None if offset is None else int(offset["reservoirVersion"])
+
+
 def delta_state(table: DeltaLogReader, committed: Committed | None
                 ) -> tuple[str, list[PendingFile]]:
     """Status and unprocessed files of a Delta source, given the last committed batch."""
     if not table.exists:
         return SOURCE_MISSING, []
-    offset = None
-    if committed is not None:
-        offset = next((o for o in committed.offsets
-                       if o is not None and o.get("reservoirId") == table.table_id), None)
-        if offset is None and None not in committed.offsets:
-            return ERROR, []
+    offset = _offset(table, committed)
+    if committed is not None and offset is None and None not in committed.offsets:
+        return ERROR, []
     if offset is None:  # never ran, or this source has produced no offset yet
         return NEVER_RUN, snapshot_pending(table, table.latest_version, BASE_INDEX)
     files = delta_pending(table, int(offset["reservoirVersion"]), int(offset["index"]),
