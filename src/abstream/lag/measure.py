@@ -144,21 +144,23 @@ class LagMonitor:
         kinds = {s.source: source_kind(s.source) for s in self.sources}
         self.refresh_tables(src for src, kind in kinds.items() if kind == "delta")
         now_ms = int(self.clock() * 1000)
-        rows = [self._row(s, kinds[s.source], now_ms) for s in self.sources]
-        self._let_go(src for src, kind in kinds.items() if kind == "delta")
+        positions: dict[MonitoredSource, int | None] = {}
+        rows = [self._row(s, kinds[s.source], now_ms, positions) for s in self.sources]
+        self._let_go((src for src, kind in kinds.items() if kind == "delta"), positions)
         return rows
 
-    def _let_go(self, locations: Iterable[str]) -> None:
+    def _let_go(self, locations: Iterable[str],
+                positions: dict[MonitoredSource, int | None]) -> None:
         """Let each table's reader forget the commits before its slowest consumer's
-        position (none while a consumer has no position yet)."""
+        position, as ``rows`` found them (none while a consumer has none yet)."""
         for location in locations:
-            table = self.table(location)
-            positions = [committed_version(table, self.checkpoint(s.checkpoint).committed())
-                         for s in self.sources if s.source == location]
-            if positions and None not in positions:
-                table.forget_before(min(p for p in positions if p is not None))
+            found = [positions.get(s) for s in self.sources if s.source == location]
+            known = [p for p in found if p is not None]
+            if known and len(known) == len(found):
+                self.table(location).forget_before(min(known))
 
-    def _row(self, monitored: MonitoredSource, kind: str | None, now_ms: int) -> LagRow:
+    def _row(self, monitored: MonitoredSource, kind: str | None, now_ms: int,
+             positions: dict[MonitoredSource, int | None]) -> LagRow:
         committed = None
         try:
             committed = self.checkpoint(monitored.checkpoint).committed()
@@ -166,6 +168,8 @@ class LagMonitor:
                 return _build(monitored, SOURCE_MISSING, kind="unknown", table=None, files=[],
                               committed=committed, now_ms=now_ms)
             if kind == "delta":
+                table = self.table(monitored.source)
+                positions[monitored] = committed_version(table, committed)
                 return self._delta_row(monitored, committed, now_ms)
             if kind == "kafka":
                 return self._kafka_row(monitored, committed, now_ms)
