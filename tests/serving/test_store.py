@@ -18,6 +18,7 @@ from psycopg import sql
 from abstream.batch.layer import BatchRequest, run_batch
 from abstream.config import ServingSettings
 from abstream.generator.write import DEFAULT_START, GeneratorSettings, generate
+from abstream.io import deltalog
 from abstream.io.postgres import PROGRESS, WRITES, Store, StoreError, configured_store
 from abstream.io.postgres_local import LocalPostgres
 from abstream.layout import Layout
@@ -98,8 +99,15 @@ def _progress(store: Store) -> dict[str, Any]:
             store.table(PROGRESS))).fetchone()
 
 
+def _checkpoint_every_commit(spark, *paths: str) -> None:
+    for path in paths:
+        spark.sql(f"ALTER TABLE delta.`{path}` "
+                  "SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")
+
+
 def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_catches_up(
-        spark, tmp_path, postgres, listening, caplog):
+        spark, tmp_path, postgres, listening, caplog, *, monkeypatch):
+    monkeypatch.setattr(deltalog, "FORGET_AFTER", 1)
     ctx = listening(_context(spark, tmp_path, postgres))
     store = configured_store(ctx.config)
     components = pipeline_components(ctx.config)
@@ -111,6 +119,9 @@ def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_ca
     assert first is not None and first.windows is None and first.rows > 0
     assert _differences(ctx, store) == []
     assert writer.write() is None, "nothing new: nothing written"
+    # From here on, a Delta checkpoint at every commit: the writer's log readers let go of
+    # what the store holds, and of bronze before the marker it found.
+    _checkpoint_every_commit(spark, ctx.layout.experiment_metrics, ctx.layout.events)
 
     # New windows two days later (and round 1's last visits, which they close): only the
     # windows the new gold increments touch are written again; the store equals the view.
@@ -133,6 +144,11 @@ def test_the_layers_writes_equal_the_view_a_stale_one_changes_nothing_and_run_ca
     assert writer.write(prepared=stale) is None
     assert writer.write() is None, "the state it computed is the store's already"
     assert _differences(ctx, store) == []
+    held = second.mark.versions["experiment_metrics"]
+    assert writer.readers["experiment_metrics"].earliest_version == held + 1
+    assert writer.bronze.earliest_version > 1
+    assert min(writer.bronze.versions) == landed["bronze_version"], \
+        "the commit that names the offsets is kept"
 
     # The batch layer's write replaces every window: its rows are final.
     result = run_batch(ctx, BatchRequest("all"))

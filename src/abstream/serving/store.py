@@ -196,6 +196,7 @@ class StoreWriter:
         when it holds them (and, with ``fence``, was written with its epoch)."""
         began = time.monotonic()
         held, held_epoch, published = self._held()
+        self._let_go(held)
         target = self._latest()
         if held.covers(target) and (fence is None or fence.epoch == held_epoch):
             return None
@@ -229,6 +230,17 @@ class StoreWriter:
                         "FROM {} WHERE store = %s").format(self.store.table(PROGRESS)),
                 (SERVING,)).fetchone()
         return Mark(*row[:3]), row[3], InputPosition.from_json(row[4])
+
+    def _let_go(self, held: Mark) -> None:
+        """Let each table's reader forget the commits the store's tables already hold (those
+        a checkpoint covers): a write reads the commits after ``held`` only, and a writer
+        that runs for days would otherwise hold every commit it has read. A store holding
+        another replica's tables says nothing of this one's."""
+        if held.replica != self.replica:
+            return
+        for name, version in held.versions.items():
+            if name in self.readers:
+                self.readers[name].forget_before(version + 1)
 
     def _latest(self) -> Mark:
         if not self._tables_ready:
@@ -304,12 +316,16 @@ class StoreWriter:
             return {}
         through = int(bronze["reservoirVersion"]) - (int(bronze.get("index", -1)) < 0)
         self.bronze.refresh()
-        marker = next((v.micro_batch for n in range(through, -1, -1)
+        marked = next(((n, v.micro_batch) for n in range(through, -1, -1)
                        if (v := self.bronze.versions.get(n)) is not None
                        and v.micro_batch is not None
                        and v.micro_batch[0].startswith(f"abstream-{bronze_writer}-")), None)
-        offsets = None if marker is None else CheckpointReader(
-            self.layout.checkpoint(bronze_writer)).planned(marker[1])
+        if marked is None:
+            return {}
+        # Later writes look from a later gold micro-batch, so from this marker on.
+        version, marker = marked
+        self.bronze.forget_before(version)
+        offsets = CheckpointReader(self.layout.checkpoint(bronze_writer)).planned(marker[1])
         if offsets is None:
             return {}
         return {"input": {"component": bronze_writer, "micro_batch": marker[1],
