@@ -207,6 +207,17 @@ EXPERIMENT_METRICS = StructType(
     ]
 )
 
+#: The partition column of both gold tables beside ``layer``: the day of a row's window
+#: (``window_start``'s date), so that ``abstream maintain`` compacts a day once it has closed
+#: and never rewrites the days before. Not part of the serving view.
+WINDOW_DATE = "window_date"
+
+
+def with_window_date(schema: StructType) -> StructType:
+    """A gold table's columns as stored: ``schema``'s and ``WINDOW_DATE``."""
+    return StructType([*schema.fields, StructField(WINDOW_DATE, DateType(), False)])
+
+
 #: gold ``definition_metrics``: one row per catalog definition (by name and fingerprint),
 #: experiment, variant, population, window, layer and dimension value (``dimension`` NULL:
 #: every unit); its additive totals and sketches.

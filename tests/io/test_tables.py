@@ -28,7 +28,7 @@ from abstream.io.tables import (
     events_table,
 )
 from abstream.layout import Layout
-from abstream.schemas import EVENTS, SESSIONS, VISIT_ENTRY
+from abstream.schemas import EVENTS, EXPERIMENT_METRICS, SESSIONS, VISIT_ENTRY
 from tests.helpers import T0_BRONZE, bronze_row
 
 
@@ -79,6 +79,40 @@ def test_a_table_partitioned_otherwise_is_refused_with_one_line(spark, tmp_path)
                                             "abstream partitions it by layer, visit_date"):
         ensure_table(spark, SESSIONS_TABLE, layout)
 
+
+
+def test_gold_partitioned_by_layer_only_is_partitioned_by_its_window_day_once(spark, tmp_path,
+                                                                              caplog):
+    """Gold written before it was partitioned by the day of its windows: rewritten once, in
+    one commit, every row kept with its day; opened again, left as it is; this version's
+    rows append to it."""
+    layout = Layout.of(tmp_path)
+    path = str(METRICS_TABLE.path(layout))
+    DeltaTable.create(spark).location(path).addColumns(EXPERIMENT_METRICS) \
+        .partitionedBy("layer").execute()
+    days = ("2026-01-04 23:55:00", "2026-01-05 00:00:00", "2026-01-05 12:00:00")
+    spark.createDataFrame([(d,) for d in days], "start string").select(*(
+        F.to_timestamp("start").alias(f.name) if f.name == "window_start" else _any_value(f)
+        for f in EXPERIMENT_METRICS.fields)).write.format("delta").mode("append").save(path)
+
+    with caplog.at_level(logging.INFO, logger="abstream.io.tables"):
+        ensure_table(spark, METRICS_TABLE, layout)
+    assert "is partitioned by layer; this version partitions it by layer, window_date: " \
+           "rewriting it once" in caplog.text
+    table = DeltaTable.forPath(spark, path)
+    assert table.detail().first()["partitionColumns"] == ["layer", "window_date"]
+    assert [r["operation"] for r in table.history().collect()][:1] == ["WRITE"]
+    version = table.history(1).first()["version"]
+    rows = spark.read.format("delta").load(path)
+    assert sorted((str(r["window_start"]), str(r["window_date"])) for r in rows.collect()) == [
+        ("2026-01-04 23:55:00", "2026-01-04"), ("2026-01-05 00:00:00", "2026-01-05"),
+        ("2026-01-05 12:00:00", "2026-01-05")]
+
+    ensure_table(spark, METRICS_TABLE, layout)
+    assert table.history(1).first()["version"] == version, "partitioned already: no rewrite"
+    rows.limit(1).write.format("delta").mode("append") \
+        .partitionBy(*METRICS_TABLE.partition_by).save(path)
+    assert spark.read.format("delta").load(path).count() == 4
 
 #: What a kill while Delta creates a table leaves: the log folder, with no commit in it.
 INTERRUPTED_CREATIONS = {

@@ -10,6 +10,7 @@ from delta.tables import DeltaTable
 
 from abstream.errors import AbstreamError
 from abstream.io.deltalog import DataFile
+from abstream.io.tables import DEFINITIONS_TABLE, METRICS_TABLE
 from abstream.maintain.compaction import Compaction, Partition, candidates, compact
 from abstream.maintain.vacuum import snapshot
 from tests.helpers import wait_until
@@ -37,6 +38,21 @@ def test_a_table_without_a_day_column_is_compacted_per_partition():
     files = [_file(f"layer={layer}/{n}.parquet") for layer in ("speed", "batch") for n in "ab"]
     found = candidates(files, ("layer",), None, date(2026, 1, 5), SMALL)
     assert [p.label for p in found] == ["layer=batch", "layer=speed"]
+
+
+@pytest.mark.parametrize("spec", [METRICS_TABLE, DEFINITIONS_TABLE], ids=lambda s: s.name)
+def test_gold_is_compacted_by_closed_window_day_each_once(spec):
+    """A closed day of gold is compacted into one file, which the next runs leave alone:
+    maintain never rewrites the days before."""
+    files = [_file(f"layer={layer}/window_date={day}/{n}.parquet")
+             for layer in ("speed", "batch") for day in ("2026-01-04", "2026-01-05")
+             for n in "ab"]
+    compacted = [_file("layer=speed/window_date=2026-01-03/compacted.parquet"),
+                 _file("layer=batch/window_date=2026-01-03/compacted.parquet")]
+    day = spec.day[0] if spec.day else None
+    found = candidates([*files, *compacted], spec.partition_by, day, date(2026, 1, 5), SMALL)
+    assert [p.label for p in found] == ["layer=batch/window_date=2026-01-04",
+                                        "layer=speed/window_date=2026-01-04"]
 
 
 def test_partition_values_come_from_the_folders_nested_and_quoted():

@@ -1,7 +1,7 @@
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from abstream.schemas import EXPERIMENT_METRICS
+from abstream.schemas import EXPERIMENT_METRICS, with_window_date
 from abstream.stages.gold import Windowing, experiment_metrics, with_lineage
 from abstream.stages.sessions import (
     assemble_visits,
@@ -99,5 +99,7 @@ def test_sliding_windows_overlap(spark):
 def test_gold_rows_have_the_table_schema(spark):
     events, _ = _events(spark, [(1, "s1", "pageview", [("a", "control", False)])])
     gold = with_lineage(experiment_metrics(events, None, FIVE), "speed")
-    assert gold.columns == EXPERIMENT_METRICS.fieldNames()
-    assert gold.first()["layer"] == "speed"
+    assert gold.columns == with_window_date(EXPERIMENT_METRICS).fieldNames()
+    row = gold.first()
+    assert row["layer"] == "speed"
+    assert row["window_date"] == row["window_start"].date()

@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StructType
 
 from abstream import topology
 from abstream.config import EventsSettings
-from abstream.errors import AbstreamError, UsageError
+from abstream.errors import AbstreamError, UsageError, first_line
 from abstream.io.hadoop import HadoopFiles
+from abstream.io.sinks import CONFLICTS
 from abstream.layout import Layout
 from abstream.schemas import (
     BATCH_COVERAGE,
@@ -26,7 +28,9 @@ from abstream.schemas import (
     EXPERIMENT_RESULTS,
     REJECTED,
     SESSIONS,
+    WINDOW_DATE,
     bronze_schema,
+    with_window_date,
 )
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,9 @@ class TableSpec:
     #: them): those the pipeline filters on. Statistics of every column cost each append
     #: (about a fifth of a bronze append of 500,000 events); empty keeps Delta's default.
     stats_columns: tuple[str, ...] = ()
+    #: The partition column that is a day, and the timestamp column it is the date of: a
+    #: day ended a while ago is closed (``abstream maintain`` compacts it once).
+    day: tuple[str, str] | None = None
 
     def path(self, layout: Layout) -> str:
         return layout.table(self.name)
@@ -49,17 +56,20 @@ class TableSpec:
 #: Bronze is read by event time (the batch layer), ingestion time (de-duplication) and
 #: arrival time (the lag monitor's system lag).
 EVENTS_TABLE = TableSpec(topology.EVENTS, EVENTS, ("event_date",),
-                         ("event_ts", "arrived_at", "ingested_at"))
+                         ("event_ts", "arrived_at", "ingested_at"), ("event_date", "event_ts"))
 REJECTED_TABLE = TableSpec(topology.REJECTED, REJECTED, ("ingest_date",),
-                           ("arrived_at", "ingested_at"))
+                           ("arrived_at", "ingested_at"), ("ingest_date", "ingested_at"))
 #: Sessions and gold are partitioned by layer first: the speed layer's appends and the batch
 #: layer's range replacements touch different partitions, so they never conflict.
 SESSIONS_TABLE = TableSpec(topology.SESSIONS, SESSIONS, ("layer", "visit_date"),
-                           ("visit_start", "visit_end"))
-METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, EXPERIMENT_METRICS, ("layer",),
-                          ("window_start", "window_end"))
-DEFINITIONS_TABLE = TableSpec(topology.DEFINITION_METRICS, DEFINITION_METRICS, ("layer",),
-                              ("window_start", "window_end", "metric", "fingerprint"))
+                           ("visit_start", "visit_end"), ("visit_date", "visit_start"))
+METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, with_window_date(EXPERIMENT_METRICS),
+                          ("layer", WINDOW_DATE), ("window_start", "window_end"),
+                          (WINDOW_DATE, "window_start"))
+DEFINITIONS_TABLE = TableSpec(topology.DEFINITION_METRICS, with_window_date(DEFINITION_METRICS),
+                              ("layer", WINDOW_DATE),
+                              ("window_start", "window_end", "metric", "fingerprint"),
+                              (WINDOW_DATE, "window_start"))
 COVERAGE_TABLE = TableSpec(topology.BATCH_COVERAGE, BATCH_COVERAGE)
 RESULTS_TABLE = TableSpec(topology.EXPERIMENT_RESULTS, EXPERIMENT_RESULTS)
 #: Every table abstream creates.
@@ -74,6 +84,8 @@ _STAGED = "_staged_commits"
 #: How long a creation may take from Delta making the log folder to its first commit: a
 #: log without a commit that changed more recently is a creation at work elsewhere.
 CREATION_SECONDS = 30.0
+#: How many times a table is rewritten by its day when concurrent commits win the race.
+REPARTITION_ATTEMPTS = 3
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
@@ -178,15 +190,48 @@ def ensure_source_table(spark: SparkSession, spec: TableSpec, layout: Layout,
     return ensure_table(spark, spec, layout)
 
 
+def _partitioning(spark: SparkSession, path: str) -> tuple[str, ...]:
+    return tuple(DeltaTable.forPath(spark, path).detail().first()["partitionColumns"])
+
+
 def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None:
-    """Refuse a table partitioned otherwise than this version writes it: Delta would reject
-    every append with a page of Java."""
-    found = tuple(DeltaTable.forPath(spark, path).detail().first()["partitionColumns"])
+    """Partition by its day a table an earlier version partitioned without it (gold, by
+    layer only); refuse one partitioned otherwise than this version writes it: Delta would
+    reject every append with a page of Java."""
+    found = _partitioning(spark, path)
+    for _ in range(REPARTITION_ATTEMPTS):
+        if spec.day is None or found != tuple(c for c in spec.partition_by if c != spec.day[0]):
+            break
+        _partition_by_day(spark, spec, path, found)
+        found = _partitioning(spark, path)
     if found != spec.partition_by:
         raise AbstreamError(
             f"the {spec.name} table at {path} is partitioned by {', '.join(found) or 'nothing'}, "
             f"this version of abstream partitions it by {', '.join(spec.partition_by)}: "
             "move it away to start it anew")
+
+
+def _partition_by_day(spark: SparkSession, spec: TableSpec, path: str,
+                      found: tuple[str, ...]) -> None:
+    """Rewrite the table at ``path``, partitioned by ``found``, by ``spec``'s partitioning
+    with its day column, once, in one commit: its readers see the same rows, with the new
+    column. Another process doing the same at that moment wins or loses the race; either
+    way the table ends partitioned by its day."""
+    day, source = spec.day or ("", "")
+    log.warning("the %s table at %s is partitioned by %s; this version partitions it by %s: "
+                "rewriting it once", spec.name, path, ", ".join(found),
+                ", ".join(spec.partition_by))
+    began = time.monotonic()
+    rows = spark.read.format("delta").load(path).withColumn(day, F.to_date(source))
+    try:
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .partitionBy(*spec.partition_by).save(path)
+    except CONFLICTS as exc:
+        log.info("the %s table at %s changed while it was rewritten (%s): checking its "
+                 "partitioning again", spec.name, path, first_line(exc))
+        return
+    log.info("the %s table at %s is partitioned by %s (%.1f s)", spec.name, path,
+             ", ".join(spec.partition_by), time.monotonic() - began)
 
 
 def events_table(events: EventsSettings) -> TableSpec:

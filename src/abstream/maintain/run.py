@@ -4,11 +4,11 @@ Per table: compact the small files of its closed partitions (OPTIMIZE, no data c
 then VACUUM, unless a monitored reader still needs files VACUUM would take (see
 ``retention``). A dry run changes nothing and reports what would be done.
 
-A day partition is closed once its day ended ``maintain.closed_after`` ago. Gold
-(``experiment_metrics``, ``definition_metrics``) is partitioned by layer only: it has no
-closed partitions, and both of its layers are compacted whole, since compaction never
-conflicts with the speed layer's appends and retries when it loses a race against the batch
-layer's replacements.
+A day partition is closed once its day ended ``maintain.closed_after`` ago: bronze's by event
+date, quarantine's by ingestion date, silver's by visit date and gold's by window date, each
+within its layer. A closed day is compacted once, and again only if files arrive in it
+later (a late event's increments). Compaction never conflicts with the speed layer's
+appends, and retries when it loses a race against the batch layer's replacements.
 """
 
 from __future__ import annotations
@@ -43,17 +43,8 @@ from abstream.rendering import size
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Maintained:
-    """A table maintain looks after, and the partition column that is a day (if any)."""
-
-    spec: TableSpec
-    day_column: str | None
-
-
-TABLES = (Maintained(EVENTS_TABLE, "event_date"), Maintained(REJECTED_TABLE, "ingest_date"),
-          Maintained(SESSIONS_TABLE, "visit_date"), Maintained(METRICS_TABLE, None),
-          Maintained(DEFINITIONS_TABLE, None))
+#: The tables maintain looks after.
+TABLES = (EVENTS_TABLE, REJECTED_TABLE, SESSIONS_TABLE, METRICS_TABLE, DEFINITIONS_TABLE)
 
 
 @dataclass(frozen=True)
@@ -124,16 +115,16 @@ def maintain(spark: SparkSession, config: Config, dry_run: bool = False,
     layout = Layout.of_config(config)
     sources = monitored_sources(config)
     reports = []
-    for item in TABLES:
-        location = item.spec.path(layout)
-        log.info("maintain: %s%s", item.spec.name, " (dry run)" if dry_run else "")
+    for spec in TABLES:
+        location = spec.path(layout)
+        log.info("maintain: %s%s", spec.name, " (dry run)" if dry_run else "")
         if not DeltaTable.isDeltaTable(spark, location):
-            log.info("maintain: %s does not exist yet, nothing to do", item.spec.name)
-            reports.append(TableReport(item.spec.name, location, dry_run, exists=False))
+            log.info("maintain: %s does not exist yet, nothing to do", spec.name)
+            reports.append(TableReport(spec.name, location, dry_run, exists=False))
             continue
-        report = _maintain_table(spark, config, item, location, readers_of(location, sources),
+        report = _maintain_table(spark, config, spec, location, readers_of(location, sources),
                                  dry_run=dry_run, clock=clock)
-        log.info("maintain: %s done in %.1f s: %d partitions compacted, %s", item.spec.name,
+        log.info("maintain: %s done in %.1f s: %d partitions compacted, %s", spec.name,
                  report.seconds, len(report.compacted),
                  f"{report.vacuumed.files} files vacuumed" if report.vacuumed else
                  "vacuum skipped")
@@ -141,14 +132,14 @@ def maintain(spark: SparkSession, config: Config, dry_run: bool = False,
     return reports
 
 
-def _maintain_table(spark: SparkSession, config: Config, item: Maintained, location: str,
+def _maintain_table(spark: SparkSession, config: Config, spec: TableSpec, location: str,
                     readers: list[MonitoredSource], *, dry_run: bool,
                     clock: Callable[[], float]) -> TableReport:
     began = time.monotonic()
     settings = config.maintain
     files, stored_before = snapshot(location), stored_files(location)
     closed_before = (datetime.fromtimestamp(clock(), UTC) - settings.closed_after).date()
-    found = candidates(files, item.spec.partition_by, item.day_column, closed_before,
+    found = candidates(files, spec.partition_by, spec.day and spec.day[0], closed_before,
                        min_file_size(spark))
     compacted = () if dry_run else tuple(
         compact(spark, location, partition, settings.attempts) for partition in found)
@@ -158,6 +149,6 @@ def _maintain_table(spark: SparkSession, config: Config, item: Maintained, locat
         vacuum(spark, location, retention.hours, dry_run)
     after = {} if dry_run else {"live_after": Files.of(snapshot(location)),
                                 "stored_after": stored_files(location)}
-    return TableReport(item.spec.name, location, dry_run, True, Files.of(files), stored_before,
+    return TableReport(spec.name, location, dry_run, True, Files.of(files), stored_before,
                        tuple(found), compacted, retention, vacuumed,
                        seconds=time.monotonic() - began, **after)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from abstream.io.tables import (
     COVERAGE_TABLE,
@@ -45,13 +46,15 @@ def _table(path: str, pinned: Pinned | None = None) -> str:
 
 def _layered_query(table: str, time_column: str, layout: Layout,
                    speed_columns: str = "g.*", speed_grouping: str = "", *,
-                   pinned: Pinned | None = None) -> str:
+                   columns: StructType | None = None, pinned: Pinned | None = None) -> str:
     """Batch rows whose ``time_column`` the batch layer covers (final), speed rows
-    elsewhere (provisional)."""
+    elsewhere (provisional); the table's ``columns`` (None: all)."""
     rows, coverage = _table(table, pinned), _table(layout.batch_coverage, pinned)
     covered = f"g.{time_column} >= c.range_start AND g.{time_column} < c.range_end"
+    batch_columns = "g.*" if columns is None else \
+        ", ".join(f"g.{name}" for name in columns.fieldNames())
     return (
-        f"SELECT g.*, true AS final FROM {rows} g\n"
+        f"SELECT {batch_columns}, true AS final FROM {rows} g\n"
         f"  LEFT SEMI JOIN {coverage} c ON {covered}\n"
         f"  WHERE g.layer = '{BATCH}'\n"
         f"UNION ALL\n"
@@ -98,7 +101,8 @@ def definitions_query(layout: Layout, catalog: Catalog, pinned: Pinned | None = 
     current = ", ".join(f"({_quoted(d.name)}, {_quoted(d.fingerprint)})"
                         for d in served(catalog)) or "(NULL, NULL)"
     layered = _layered_query(layout.definition_metrics, "window_start", layout,
-                             _definitions_increments(), grouping, pinned=pinned)
+                             _definitions_increments(), grouping,
+                             columns=DEFINITION_METRICS, pinned=pinned)
     return f"SELECT * FROM (\n{layered}\n) WHERE (metric, fingerprint) IN ({current})"
 
 
@@ -121,7 +125,8 @@ def serving_query(layout: Layout, pinned: Pinned | None = None) -> str:
     """The view's SELECT: gold's columns plus ``final``."""
     grouping = "\n  GROUP BY " + ", ".join(f"g.{key}" for key in METRIC_KEY)
     return _layered_query(layout.experiment_metrics, "window_start", layout,
-                          _summed_increments(), grouping, pinned=pinned)
+                          _summed_increments(), grouping, columns=EXPERIMENT_METRICS,
+                          pinned=pinned)
 
 
 def create_view_statement(layout: Layout, name: str = VIEW_NAME) -> str:

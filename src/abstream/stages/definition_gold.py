@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 from abstream.metrics.definitions import Catalog, Definition, Measure
 from abstream.schemas import DEFINITION_METRICS
 from abstream.stages.gold import Windowing
-from abstream.stages.lineage import lineage_columns
+from abstream.stages.lineage import gold_columns
 from abstream.stages.parts import matches, visit_fact
 from abstream.stages.sessions import ASSIGNED, TARGET
 
@@ -279,5 +279,6 @@ def _row(i: int, d: Definition) -> Column:
 
 
 def with_lineage(rows: DataFrame, layer: str) -> DataFrame:
-    """Add ``layer`` and ``computed_at`` and fix the column order of the table."""
-    return rows.select(*lineage_columns(DEFINITION_METRICS, layer))
+    """Add ``layer``, ``computed_at`` and ``window_date`` and fix the column order of the
+    table."""
+    return rows.select(*gold_columns(DEFINITION_METRICS, layer))

@@ -18,7 +18,7 @@ from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
 from abstream.observed import FRESHNESS, FRESHNESS_BUCKETS
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL
-from abstream.stages.lineage import lineage_columns
+from abstream.stages.lineage import gold_columns
 from abstream.stages.sessions import TARGET
 
 _LONG_MEASURES = ("events", "pageviews", "add_to_carts", "orders", "units", "errors",
@@ -163,5 +163,6 @@ def observe_freshness(events: DataFrame) -> DataFrame:
 
 
 def with_lineage(metrics: DataFrame, layer: str) -> DataFrame:
-    """Add ``layer`` and ``computed_at`` and fix the column order of the gold table."""
-    return metrics.select(*lineage_columns(EXPERIMENT_METRICS, layer))
+    """Add ``layer``, ``computed_at`` and ``window_date`` and fix the column order of the
+    gold table."""
+    return metrics.select(*gold_columns(EXPERIMENT_METRICS, layer))

@@ -7,6 +7,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from abstream.schemas import WINDOW_DATE, with_window_date
+
 
 def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Column]:
     """The ``table``'s columns in its order: ``layer``, ``computed_at`` (the write's time),
@@ -14,3 +16,10 @@ def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Colum
     added = {"layer": F.lit(layer), "computed_at": F.current_timestamp(), **more}
     return [added[name].alias(name) if name in added else F.col(name)
             for name in table.fieldNames()]
+
+
+def gold_columns(table: StructType, layer: str) -> list[Column]:
+    """A gold ``table``'s columns as stored (``with_window_date``): its lineage and the day
+    of each row's window."""
+    return lineage_columns(with_window_date(table), layer,
+                           **{WINDOW_DATE: F.to_date("window_start")})
