@@ -211,6 +211,8 @@ EXPERIMENT_METRICS = StructType(
 #: (``window_start``'s date), so that ``abstream maintain`` compacts a day once it has closed
 #: and never rewrites the days before. Not part of the serving view.
 WINDOW_DATE = "window_date"
+#: The day partition of both gold tables and the timestamp column it is the date of.
+WINDOW_DAY = (WINDOW_DATE, "window_start")
 
 
 def with_window_date(schema: StructType) -> StructType:

@@ -29,6 +29,7 @@ from abstream.schemas import (
     REJECTED,
     SESSIONS,
     WINDOW_DATE,
+    WINDOW_DAY,
     bronze_schema,
     with_window_date,
 )
@@ -64,12 +65,11 @@ REJECTED_TABLE = TableSpec(topology.REJECTED, REJECTED, ("ingest_date",),
 SESSIONS_TABLE = TableSpec(topology.SESSIONS, SESSIONS, ("layer", "visit_date"),
                            ("visit_start", "visit_end"), ("visit_date", "visit_start"))
 METRICS_TABLE = TableSpec(topology.EXPERIMENT_METRICS, with_window_date(EXPERIMENT_METRICS),
-                          ("layer", WINDOW_DATE), ("window_start", "window_end"),
-                          (WINDOW_DATE, "window_start"))
+                          ("layer", WINDOW_DATE), ("window_start", "window_end"), WINDOW_DAY)
 DEFINITIONS_TABLE = TableSpec(topology.DEFINITION_METRICS, with_window_date(DEFINITION_METRICS),
                               ("layer", WINDOW_DATE),
                               ("window_start", "window_end", "metric", "fingerprint"),
-                              (WINDOW_DATE, "window_start"))
+                              WINDOW_DAY)
 COVERAGE_TABLE = TableSpec(topology.BATCH_COVERAGE, BATCH_COVERAGE)
 RESULTS_TABLE = TableSpec(topology.EXPERIMENT_RESULTS, EXPERIMENT_RESULTS)
 #: Every table abstream creates.
@@ -202,7 +202,7 @@ def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None
     for _ in range(REPARTITION_ATTEMPTS):
         if spec.day is None or found != tuple(c for c in spec.partition_by if c != spec.day[0]):
             break
-        _partition_by_day(spark, spec, path, found)
+        _partition_by_day(spark, spec, spec.day, path, found)
         found = _partitioning(spark, path)
     if found != spec.partition_by:
         raise AbstreamError(
@@ -211,18 +211,19 @@ def _check_partitioning(spark: SparkSession, spec: TableSpec, path: str) -> None
             "move it away to start it anew")
 
 
-def _partition_by_day(spark: SparkSession, spec: TableSpec, path: str,
+def _partition_by_day(spark: SparkSession, spec: TableSpec, day: tuple[str, str], path: str,
                       found: tuple[str, ...]) -> None:
     """Rewrite the table at ``path``, partitioned by ``found``, by ``spec``'s partitioning
     with its day column, once, in one commit: its readers see the same rows, with the new
     column. Another process doing the same at that moment wins or loses the race; either
-    way the table ends partitioned by its day."""
-    day, source = spec.day or ("", "")
+    way the table ends partitioned by its ``day`` (column, and the timestamp it is the
+    date of)."""
+    column, source = day
     log.warning("the %s table at %s is partitioned by %s; this version partitions it by %s: "
                 "rewriting it once", spec.name, path, ", ".join(found),
                 ", ".join(spec.partition_by))
     began = time.monotonic()
-    rows = spark.read.format("delta").load(path).withColumn(day, F.to_date(source))
+    rows = spark.read.format("delta").load(path).withColumn(column, F.to_date(source))
     try:
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .partitionBy(*spec.partition_by).save(path)

@@ -7,7 +7,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from abstream.schemas import WINDOW_DATE, with_window_date
+from abstream.schemas import WINDOW_DAY, with_window_date
 
 
 def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Column]:
@@ -21,5 +21,5 @@ def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Colum
 def gold_columns(table: StructType, layer: str) -> list[Column]:
     """A gold ``table``'s columns as stored (``with_window_date``): its lineage and the day
     of each row's window."""
-    return lineage_columns(with_window_date(table), layer,
-                           **{WINDOW_DATE: F.to_date("window_start")})
+    day, source = WINDOW_DAY
+    return lineage_columns(with_window_date(table), layer, **{day: F.to_date(source)})
