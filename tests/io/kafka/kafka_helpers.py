@@ -7,7 +7,15 @@ import hashlib
 import time
 from dataclasses import replace
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from abstream.io.kafka.broker import LocalBroker
 from abstream.speed import Context
@@ -70,12 +78,23 @@ def read_topic(bootstrap_servers: str, topic: str, expected: int = 0,
         consumer.close()
 
 
+#: Answers of a broker that has not yet taken up a new topic's partitions.
+NOT_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+           KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
 def _ends(consumer: Consumer, topic: str) -> dict[int, int]:
+    """Each partition's end offset; none while the topic or its leaders are not there yet."""
     found = consumer.list_topics(topic, timeout=10).topics.get(topic)
     if found is None or found.error is not None:
         return {}
-    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in found.partitions}
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in found.partitions}
+    except KafkaException as exc:
+        if exc.args[0].code() in NOT_YET:
+            return {}
+        raise
 
 
 def header(message: Message, name: str) -> str | None:

@@ -12,8 +12,10 @@ from abstream.errors import AbstreamError, StepFailed
 from abstream.io.kafka.clients import ClientLog, admin_client, consumer, unreachable
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from confluent_kafka import Consumer
-    from confluent_kafka.admin import AdminClient, ClusterMetadata
+    from confluent_kafka.admin import AdminClient, ClusterMetadata, PartitionMetadata
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +75,23 @@ def _metadata(client: AdminClient | Consumer, kafka: KafkaSettings, client_log: 
 
 
 def _await_partitions(admin: AdminClient, names: list[str]) -> None:
-    """New topics reach every broker's metadata a moment after creation; a query started
-    before that would see no partitions."""
+    """New topics reach every broker's metadata, and their partitions a leader, a moment
+    after creation; a query started before that would see no partitions, or be told the
+    broker is not the partition's leader."""
     deadline = time.monotonic() + TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         topics = admin.list_topics(timeout=TIMEOUT_SECONDS).topics
-        if all(name in topics and topics[name].partitions for name in names):
+        if all(name in topics and _led(topics[name].partitions.values()) for name in names):
             return
         time.sleep(0.1)
-    raise AbstreamError(f"Kafka topics {', '.join(names)} were created but have no partitions")
+    raise AbstreamError(f"Kafka topics {', '.join(names)} were created but have no partitions "
+                        f"with a leader")
+
+
+def _led(partitions: Iterable[PartitionMetadata]) -> bool:
+    """Whether there are partitions and each has a leader."""
+    found = list(partitions)
+    return bool(found) and all(p.leader >= 0 and p.error is None for p in found)
 
 
 @dataclass(frozen=True)
