@@ -117,7 +117,7 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
     generate(GeneratorSettings(events=1_000, seed=31, file_events=500),
              Path(ctx.layout.landing))
-    stop, failures = threading.Event(), []
+    stop, feeding, failures = threading.Event(), threading.Event(), []
 
     def stream() -> None:
         try:
@@ -126,11 +126,15 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
             failures.append(exc)
 
     def feed() -> None:
-        """A new landing file every half second, each a visit two hours after the last
-        (the generated events end on day two at 06:00): every micro-batch's watermark closes
-        the visits before it, so the stream keeps appending to gold."""
+        """Once the batch layer starts, a new landing file every half second, each a visit
+        two hours after the last (the generated events end on day two at 06:00): every
+        micro-batch's watermark closes the visits before it, so the stream keeps appending
+        to gold. (Fed from the start, the stream's first, slow micro-batches would leave the
+        batch layer weeks of event time to recompute.)"""
         number = 0
         while not stop.wait(0.5):
+            if not feeding.is_set():
+                continue
             number += 1
             land(ctx, f"feed-{number:04d}", [(f"feed-{number}", at(32 + 2 * number))])
 
@@ -142,6 +146,7 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
         wait_until(lambda: ctx.stats.component("sessionize").batches >= 2,
                    "the stream's first micro-batches", 180)
         started = datetime.now(UTC)
+        feeding.set()
         run = run_batch(ctx, BatchRequest("all"))
         ended = datetime.now(UTC)
     finally:
