@@ -12,8 +12,6 @@ from abstream.errors import AbstreamError, StepFailed
 from abstream.io.kafka.clients import ClientLog, admin_client, consumer, unreachable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, ClusterMetadata, PartitionMetadata
 
@@ -81,17 +79,17 @@ def _await_partitions(admin: AdminClient, names: list[str]) -> None:
     deadline = time.monotonic() + TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         topics = admin.list_topics(timeout=TIMEOUT_SECONDS).topics
-        if all(name in topics and _led(topics[name].partitions.values()) for name in names):
+        if all(name in topics and _led(topics[name].partitions) for name in names):
             return
         time.sleep(0.1)
     raise AbstreamError(f"Kafka topics {', '.join(names)} were created but have no partitions "
                         f"with a leader")
 
 
-def _led(partitions: Iterable[PartitionMetadata]) -> bool:
+def _led(partitions: dict[int, PartitionMetadata]) -> bool:
     """Whether there are partitions and each has a leader."""
-    found = list(partitions)
-    return bool(found) and all(p.leader >= 0 and p.error is None for p in found)
+    return bool(partitions) and all(p.leader >= 0 and p.error is None
+                                    for p in partitions.values())
 
 
 @dataclass(frozen=True)
