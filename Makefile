@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # SparkSession): most of a test's time is the driver's, one core each.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-tuning bench-days bench-peers \
+.PHONY: demo test test-fast lint jars bench bench-catalog bench-ceiling bench-growth bench-sustained bench-state-floor bench-tuning bench-days bench-peers \
 	bench-sessionize bench-lag-scrape bench-latency bench-maintain bench-serve chaos bench-deps system-deps clean help
 .DEFAULT_GOAL := help
 
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-ceiling    each piece of the work as a plain batch job: the floor to approach"
 	@echo "make bench-growth     time, memory and state at 1M, 5M and 20M beacons, with a chart"
 	@echo "make bench-sustained  the highest rate with every component's lag under 30 s (--live --hold N: a steady state, its slopes)"
+	@echo "make bench-state-floor  a live micro-batch's state work at a steady state (5,000 and 10,000/s), per state design"
 	@echo "make bench-maintain   what maintain compacts and vacuums after the speed layer on 20M beacons"
 	@echo "make bench-days       7 days of event time through the running speed layer, maintain daily: sizes per day and their growth"
 	@echo "make bench-tuning     the speed layer with each tuning setting undone, against the default"
@@ -93,6 +94,9 @@ bench-tuning: bench-deps
 bench-peers: bench-deps
 	$(BIN)/python -m pip install --quiet --no-deps -r bench/flink-requirements.txt
 	$(BIN)/python -m bench.peers $(ARGS)
+
+bench-state-floor: bench-deps
+	$(BIN)/python -m bench.state_floor $(ARGS)
 
 bench-sessionize: bench-deps
 	$(BIN)/python -m bench.sessionize $(ARGS)
