@@ -283,11 +283,13 @@ def main() -> int:
                              compact_every=args.compact_every))
     shutil.rmtree(work, ignore_errors=True)
     spark.stop()
-    print(f"{'events/s':>9} {'held':>12} {'visits':>11} " + " ".join(
-        f"{name:>11}" for name in steps[0]["median_seconds"]))
+    widths = {name: max(len(name), 8) for name in steps[0]["median_seconds"]}
+    print(f"{'events/s':>9} {'held':>12} {'visits':>11} "
+          + " ".join(f"{name:>{width}}" for name, width in widths.items()))
     for step in steps:
         print(f"{step['rate']:>9,} {step['held_events']:>12,} {step['open_visits']:>11,} "
-              + " ".join(f"{s:>10.2f}s" for s in step["median_seconds"].values()))
+              + " ".join(f"{step['median_seconds'][name]:>{width - 1}.2f}s"
+                         for name, width in widths.items()))
     write_result({"when": datetime.now(UTC).isoformat(timespec="seconds"),
                   "machine": machine(), "trigger_seconds": args.trigger, "steps": steps},
                  "state-floor")
