@@ -110,15 +110,21 @@ def standby_status(store: Store) -> StandbyStatus:
 
 @dataclass(frozen=True)
 class Handover:
-    """A handover: who released the lease, and who took it (None: nobody in time)."""
+    """A handover: who released the lease, and who took it (None: nobody in time, or
+    nobody waited: ``waited`` False)."""
 
     released: Lease
     taken_by: str | None
     epoch: int | None
     seconds: float
+    waited: bool = True
 
     def text(self) -> str:
         first = f"{self.released.holder} handed over the lease of epoch {self.released.epoch}"
+        if not self.waited:
+            return (f"{first}; not waiting for another replica to take it (see abstream "
+                    f"standby status); {self.released.holder} may take it back after one "
+                    f"lease")
         if self.taken_by is None:
             return (f"{first}; no other replica took it within {self.seconds:.1f} s "
                     f"(is one caught up? see abstream standby status); "
@@ -130,13 +136,15 @@ class Handover:
 def handover(store: Store, settings: StandbySettings, wait: bool = True) -> Handover:
     """Make the leader step down now (it writes nothing more from this moment); with
     ``wait``, wait up to one lease for another replica to take the lease."""
-    began = time.monotonic()
     with _lease_connection(store) as connection:
         released = release(connection, store)
     if not released.live:
         raise UsageError("no replica holds the serving lease: there is nothing to hand over")
     log.info("%s released the lease of epoch %d", released.holder, released.epoch)
-    while wait and time.monotonic() - began < settings.lease.total_seconds():
+    if not wait:
+        return Handover(released, None, None, 0.0, waited=False)
+    began = time.monotonic()
+    while time.monotonic() - began < settings.lease.total_seconds():
         with store.connect() as connection:
             lease = read_lease(connection, store)
         if lease.live and lease.epoch > released.epoch:
