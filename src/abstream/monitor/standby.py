@@ -110,18 +110,17 @@ def standby_status(store: Store) -> StandbyStatus:
 
 @dataclass(frozen=True)
 class Handover:
-    """A handover: who released the lease, and who took it (None: nobody in time, or
-    nobody waited: ``waited`` False)."""
+    """A handover: who released the lease, who took it (None: nobody in time) and after
+    how many seconds of waiting (None: nobody waited)."""
 
     released: Lease
     taken_by: str | None
     epoch: int | None
-    seconds: float
-    waited: bool = True
+    seconds: float | None
 
     def text(self) -> str:
         first = f"{self.released.holder} handed over the lease of epoch {self.released.epoch}"
-        if not self.waited:
+        if self.seconds is None:
             return (f"{first}; not waiting for another replica to take it (see abstream "
                     f"standby status); {self.released.holder} may take it back after one "
                     f"lease")
@@ -142,7 +141,7 @@ def handover(store: Store, settings: StandbySettings, wait: bool = True) -> Hand
         raise UsageError("no replica holds the serving lease: there is nothing to hand over")
     log.info("%s released the lease of epoch %d", released.holder, released.epoch)
     if not wait:
-        return Handover(released, None, None, 0.0, waited=False)
+        return Handover(released, None, None, None)
     began = time.monotonic()
     while time.monotonic() - began < settings.lease.total_seconds():
         with store.connect() as connection:
