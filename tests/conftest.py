@@ -32,14 +32,15 @@ SHARED_RUNS = ("beacons_run", "served")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow end-to-end tests first, then the modules that use a shared run: `make
-    test`'s processes take modules in this order (``--no-loadscope-reorder``: else
-    pytest-xdist orders them by their number of tests), so the longest start early and
-    short ones fill the end."""
+    """The slow end-to-end tests first, then the modules that use a shared run, then the
+    modules whose tests take minutes together (``long_module``): `make test`'s processes
+    take modules in this order (``--no-loadscope-reorder``: else pytest-xdist orders them
+    by their number of tests), so the longest start early and short ones fill the end."""
     heavy = {item.path for item in items
              if any(name in item.fixturenames for name in SHARED_RUNS)}
     items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
-                                 item.path not in heavy))
+                                 item.path not in heavy,
+                                 item.get_closest_marker("long_module") is None))
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,8 @@ from tests.helpers import (
 )
 from tests.io.test_tables import INTERRUPTED_CREATIONS, leave_half_created
 
+pytestmark = pytest.mark.long_module
+
 INGEST, SESSIONIZE = COMPONENTS["ingest"], COMPONENTS["sessionize"]
 QUICK = timedelta(milliseconds=100)
 FIRST_DAY = datetime(2026, 1, 5, tzinfo=UTC)

@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from pyspark.sql import functions as F
 
 from abstream.batch.coverage import latest_coverage
@@ -19,6 +20,8 @@ from abstream.speed import COMPONENTS
 from abstream.speed.runner import run_once
 from tests.batch.timeline import at, ingest
 from tests.helpers import reconfigure
+
+pytestmark = pytest.mark.long_module
 
 
 def batch_visits(ctx) -> dict[str, tuple[datetime, datetime, int]]:

@@ -5,6 +5,7 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from delta.tables import DeltaTable
 
 from abstream.config import MonitoredComponentSettings
@@ -22,6 +23,8 @@ from tests.helpers import (
     wait_until,
     write_lines,
 )
+
+pytestmark = pytest.mark.long_module
 
 TS = "2026-01-05T10:00:00.000Z"
 

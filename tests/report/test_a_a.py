@@ -27,6 +27,8 @@ from abstream.report.statistics import Comparison, adjusted_p_values
 from abstream.schemas import EVENT_LISTS
 from tests.helpers import CATALOG, assigned_entry
 
+pytestmark = pytest.mark.long_module
+
 METRICS = CATALOG.definitions
 
 log = logging.getLogger(__name__)

@@ -31,6 +31,8 @@ from abstream.speed.progress import ProgressListener, RunStats
 from abstream.speed.runner import run_once
 from tests.helpers import comparable_view_row, make_config, store_settings, wait_until
 
+pytestmark = pytest.mark.long_module
+
 
 def _context(spark, tmp_path: Path, postgres, **serving: Any) -> Context:
     schema = "t_" + uuid.uuid4().hex[:12]

@@ -19,6 +19,8 @@ from abstream.speed import COMPONENTS
 from abstream.speed.runner import run_once
 from tests.helpers import bronze_frame, bronze_row, reconfigure
 
+pytestmark = pytest.mark.long_module
+
 T0 = datetime(2026, 1, 5, 10, 0)
 ENTRIES = [("exp", "control", False)]
 

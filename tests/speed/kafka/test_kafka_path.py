@@ -31,6 +31,8 @@ from tests.helpers import (
 )
 from tests.io.kafka.kafka_helpers import header, kafka_context, produce_lines, read_topic
 
+pytestmark = pytest.mark.long_module
+
 
 def test_the_kafka_path_matches_the_reference_on_generated_data(ctx, kafka_broker, tmp_path,
                                                                  postgres):
