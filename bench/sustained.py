@@ -18,19 +18,20 @@ beside the series' mean. ``levelled_at_seconds`` is when sessionize's state firs
 95 % of its median over that window.
 
 The dataset's event times are a day of traffic at 2,000,000 events a day, so a replay at
-thousands of events/s runs event time hundreds of times faster than the clock: few visits
-are open at once, and gold's freshness (computed_at - event time) is months. With
-``--live`` each landed file's event times are moved to the clock instead: the file's latest
-events at its landing time, the others before it by their distance in the dataset divided
-by how much faster than the dataset's own rate the step lands them. Event time then runs
-with the clock, as in production: every visit stays open for the gap (35 minutes) after
-its last event, so the speed layer's state holds every event landed in the last 35
-minutes, and the step reports gold freshness p50 and p90 over its judged time (from the
-``abstream_gold_freshness_seconds`` histogram, interpolated in its buckets as PromQL's
-``histogram_quantile`` does). A live step lands the dataset again when it runs out, its
-event, session and visitor ids prefixed with the round (``2-...``), so it can hold a rate
-for as long as asked: at steady state the state holds the events of the visits active in
-the last gap + lateness, about the rate times 50 minutes (``expected_state_rows``).
+thousands of events/s runs event time hundreds of times faster than the clock: few
+visits are open at once, and gold's freshness (an event's age when the micro-batch
+counting it starts) is months. With ``--live`` each landed file's event times are moved
+to the clock instead: the file's latest events at its landing time, the others before it
+by their distance in the dataset divided by how much faster than the dataset's own rate
+the step lands them. Event time then runs with the clock, as in production: every visit
+stays open for the gap (35 minutes) after its last event, so the speed layer's state
+holds every event landed in the last 35 minutes, and the step reports gold freshness p50
+and p90 over its judged time (from the ``abstream_gold_freshness_seconds`` histogram,
+interpolated in its buckets as PromQL's ``histogram_quantile`` does). A live step lands
+the dataset again when it runs out, its event, session and visitor ids prefixed with the
+round (``2-...``), so it can hold a rate for as long as asked: at steady state the state
+holds the events of the visits active in the last gap + lateness, about the rate times
+50 minutes (``expected_state_rows``).
 
 After a pass the rate goes up by ``--factor``; after the first
 failure the search bisects between the best pass and the lowest failure, for ``--steps``

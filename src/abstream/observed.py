@@ -13,10 +13,20 @@ STATE_ROWS = "state rows"
 #: "Watermarks per operator").
 WATERMARK = "watermark ms"
 OUTPUT_WATERMARK = "output watermark ms"
-FACTS = (DUPLICATES, LATE, STATE_ROWS, WATERMARK, OUTPUT_WATERMARK)
+#: Gold freshness, the age of each event a micro-batch takes in at its start, as the parts
+#: of a Prometheus histogram: the events, the sum of their ages and, per bucket bound, the
+#: events at most that old (seconds).
+FRESHNESS_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 3600, 21600, 86400)
+FRESHNESS_COUNT = "freshness count"
+FRESHNESS_SUM = "freshness sum"
+
+
+def freshness_bucket(bound: int) -> str:
+    """The fact of gold freshness's bucket ``bound`` (seconds)."""
+    return f"freshness le {bound}"
+
+
+FRESHNESS_FACTS = (FRESHNESS_COUNT, FRESHNESS_SUM, *map(freshness_bucket, FRESHNESS_BUCKETS))
+FACTS = (DUPLICATES, LATE, STATE_ROWS, WATERMARK, OUTPUT_WATERMARK, *FRESHNESS_FACTS)
 #: The key of a progress event under which the listener adds those facts for consumers.
 REPORTED = "abstream"
-
-#: Name of the observed metrics of gold freshness, and its histogram buckets (seconds).
-FRESHNESS = "freshness"
-FRESHNESS_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 3600, 21600, 86400)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from abstream.config import LINEAGE_COLUMNS, EventsSettings
@@ -162,7 +163,7 @@ def test_the_kafka_path_keeps_what_the_mapping_keeps(spark):
         parse_beacons(kafka_records.beacon_lines(records), SHOP, 65_536, timedelta(days=1)),
         "shop.valid", "shop.rejected")
     archived = kafka_records.parsed_beacons(_read_back(validated), "shop.valid",
-                                            valid_event_schema(SHOP))
+                                            valid_event_schema(SHOP), F.current_timestamp())
 
     content = [c for c in bronze_schema(SHOP).fieldNames() if c not in LINEAGE_COLUMNS]
     assertDataFrameEqual(valid_events(archived).select(*content),

@@ -85,7 +85,7 @@ def test_refused_records_keep_their_bytes_and_carry_the_reason_in_a_header(spark
 
 def test_archive_reads_back_exactly_what_the_file_path_puts_in_bronze(spark):
     archived = kafka_records.parsed_beacons(_read_back(_validated(spark)), "beacons.valid",
-                                            valid_event_schema(BEACON))
+                                            valid_event_schema(BEACON), F.current_timestamp())
     from_files = beacons.parse_beacons(
         spark.createDataFrame([(line, "f", ARRIVED, ARRIVED) for line in LINES],
                               "value string, source_file string, arrived_at timestamp, "
@@ -106,7 +106,8 @@ def test_archive_reads_back_exactly_what_the_file_path_puts_in_bronze(spark):
 def test_foreign_records_on_the_valid_topic_are_quarantined_not_lost(spark):
     rows = [(None, b'{"hello": 1}', "beacons.valid", 0, 7, ARRIVED, [])]
     archived = kafka_records.parsed_beacons(spark.createDataFrame(rows, RECORD),
-                                            "beacons.valid", valid_event_schema(BEACON))
+                                            "beacons.valid", valid_event_schema(BEACON),
+                                            F.current_timestamp())
     row = beacons.rejected_records(archived).first()
     assert (row["raw"], row["reason"], row["source_file"]) == (
         '{"hello": 1}', "malformed_json", "kafka://beacons.valid/0/7")

@@ -23,8 +23,8 @@ _CHECKPOINT_FILE = re.compile(r"^\d{20}\.checkpoint.*\.parquet$")
 
 
 def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int) -> DataFrame:
-    """Every line of every file in ``landing`` as ``value``, with its file, when the file
-    arrived (its modification time) and when this micro-batch read it.
+    """Every line of every file in ``landing`` as ``value``, with its file and when the file
+    arrived (its modification time).
 
     Files whose names start with '.' or '_' are ignored, so writers can create a file under
     a hidden name and rename it when complete.
@@ -38,7 +38,6 @@ def landing_lines(spark: SparkSession, landing: str, max_files_per_trigger: int)
             "value",
             F.col("_metadata.file_path").alias("source_file"),
             F.col("_metadata.file_modification_time").alias("arrived_at"),
-            F.current_timestamp().alias("ingested_at"),
         )
     )
 

@@ -19,13 +19,15 @@ from prometheus_client.registry import Collector
 
 from abstream.observed import (
     DUPLICATES,
-    FRESHNESS,
     FRESHNESS_BUCKETS,
+    FRESHNESS_COUNT,
+    FRESHNESS_SUM,
     LATE,
     OUTPUT_WATERMARK,
     REPORTED,
     STATE_ROWS,
     WATERMARK,
+    freshness_bucket,
 )
 from abstream.times import epoch_from_iso
 
@@ -33,8 +35,8 @@ _DELTA_SOURCE = re.compile(r"^DeltaSource\[(?:file:)?(.*)\]$")
 
 
 class FreshnessHistogram(Collector):
-    """gold computed_at - event time of every event the metrics component aggregated,
-    accumulated from the per-batch buckets the query observes."""
+    """The age of every event the sessionize component took in, at the start of its
+    micro-batch, accumulated from the parts each micro-batch reports."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -42,12 +44,12 @@ class FreshnessHistogram(Collector):
         self._count = 0
         self._sum = 0.0
 
-    def add(self, observed: Mapping[str, Any]) -> None:
+    def add(self, reported: Mapping[str, Any]) -> None:
         with self._lock:
             for i, bound in enumerate(FRESHNESS_BUCKETS):
-                self._buckets[i] += int(observed.get(f"le_{bound}") or 0)
-            self._count += int(observed.get("count") or 0)
-            self._sum += float(observed.get("sum") or 0.0)
+                self._buckets[i] += int(reported.get(freshness_bucket(bound)) or 0)
+            self._count += int(reported[FRESHNESS_COUNT])
+            self._sum += float(reported.get(FRESHNESS_SUM) or 0.0)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -55,7 +57,7 @@ class FreshnessHistogram(Collector):
                                                           strict=True)]
             family = HistogramMetricFamily(
                 "abstream_gold_freshness_seconds",
-                "gold computed_at - event time, per event aggregated into gold",
+                "age of each event at the start of the micro-batch that takes it into gold",
                 buckets=[*buckets, ("+Inf", self._count)], sum_value=self._sum)
         yield family
 
@@ -126,9 +128,8 @@ class QueryMetrics:
         self.last_progress.labels(job).set(epoch_from_iso(progress["timestamp"]))
         for source in progress.get("sources") or []:
             self._delta_versions(job, source)
-        freshness = (progress.get("observedMetrics") or {}).get(FRESHNESS)
-        if freshness:
-            self.freshness.add(freshness)
+        if FRESHNESS_COUNT in reported:
+            self.freshness.add(reported)
 
     def _delta_versions(self, job: str, source: Mapping[str, Any]) -> None:
         match = _DELTA_SOURCE.match(source.get("description") or "")

@@ -4,6 +4,8 @@ delivers at least once)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io.kafka.topics import ensure_topics
@@ -23,9 +25,9 @@ def build(ctx: Context) -> DataStreamWriter:
     ensure_topics(kafka, topics, kafka.partitions)
     records = kafka_stream(ctx.spark, kafka, topics,
                            ctx.config.archive.max_offsets_per_trigger)
-    parsed = kafka_records.parsed_beacons(records, kafka.valid_topic,
-                                          valid_event_schema(ctx.config.events))
-    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
+    parse = partial(kafka_records.parsed_beacons, valid_topic=kafka.valid_topic,
+                    valid_schema=valid_event_schema(ctx.config.events))
+    return stream_writer(ctx, NAME, records, bronze_write(ctx, NAME, parse))
 
 
 COMPONENT = Component(

@@ -18,8 +18,9 @@ from abstream.layout import topic
 from abstream.speed.progress import RunStats
 from abstream.topology import Node, is_topic
 
-#: Writes one micro-batch (batch, batch_id, writer_id) and returns row counts per output.
-BatchWrite = Callable[[DataFrame, int, str], Mapping[str, int]]
+#: Writes one micro-batch (batch, batch_id, writer_id) and returns row counts per output
+#: and the facts it observed (``observed.FACTS``).
+BatchWrite = Callable[[DataFrame, int, str], Mapping[str, float]]
 
 @dataclass(frozen=True)
 class Context(Deployment):

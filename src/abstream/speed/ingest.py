@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from functools import partial
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -14,17 +15,25 @@ from abstream.io.sources import landing_lines
 from abstream.io.tables import REJECTED_TABLE, ensure_table, events_table
 from abstream.observed import DUPLICATES
 from abstream.speed.component import BatchWrite, Component, Context, stream_writer
-from abstream.stages import beacons, dedupe
-from abstream.times import from_micros
+from abstream.stages import beacons, constants, dedupe
+from abstream.times import from_micros, micros_from
 from abstream.topology import EVENTS, INGEST, REJECTED
 
 NAME = INGEST.name
 
 
-def bronze_write(ctx: Context, component: str) -> BatchWrite:
-    """Writes checked records: valid events to bronze, each event_id once within
-    ``ingest.dedupe_window`` of ingestion, refused ones to quarantine; the time of each step
-    goes to ``component``'s steps."""
+#: A micro-batch's input records and the time it took them in (``ingested_at``) ->
+#: ``beacons.parse_beacons`` output.
+Parse = Callable[[DataFrame, Column], DataFrame]
+
+
+def bronze_write(ctx: Context, component: str, parse: Parse) -> BatchWrite:
+    """Writes the records ``parse`` checks: valid events to bronze, each event_id once
+    within ``ingest.dedupe_window`` of ingestion, refused ones to quarantine; the time of
+    each step goes to ``component``'s steps.
+
+    A micro-batch takes its records in at its start, a constant of the batch
+    (``stages.constants``): each micro-batch parses with the code generated for the first."""
     timed = partial(ctx.stats.timed, component)
     bronze = events_table(ctx.config.events)
     events_path = ensure_table(ctx.spark, bronze, ctx.layout)
@@ -34,8 +43,8 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
     drop_duplicate_events = timed("find repeats", dedupe.drop_duplicate_events)
     window = ctx.config.ingest.dedupe_window
 
-    def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
-        batch.persist()
+    def write(records: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
+        batch = parse(records, constants.instant(micros_from(datetime.now(UTC)))).persist()
         try:
             with ctx.stats.step(component, "parse and check"):
                 counts = batch.agg(
@@ -69,9 +78,13 @@ def bronze_write(ctx: Context, component: str) -> BatchWrite:
 def build(ctx: Context) -> DataStreamWriter:
     settings = ctx.config.ingest
     lines = landing_lines(ctx.spark, ctx.layout.landing, settings.max_files_per_trigger)
-    parsed = beacons.parse_beacons(lines, ctx.config.events, settings.max_record_bytes,
-                                   settings.future_tolerance)
-    return stream_writer(ctx, NAME, parsed, bronze_write(ctx, NAME))
+
+    def parse(batch: DataFrame, ingested_at: Column) -> DataFrame:
+        return beacons.parse_beacons(batch.withColumn("ingested_at", ingested_at),
+                                     ctx.config.events, settings.max_record_bytes,
+                                     settings.future_tolerance)
+
+    return stream_writer(ctx, NAME, lines, bronze_write(ctx, NAME, parse))
 
 
 COMPONENT = Component(

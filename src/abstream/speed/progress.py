@@ -70,8 +70,8 @@ class RunStats:
         with self._lock:
             return self._components.setdefault(name, ComponentStats())
 
-    def wrote(self, component: str, batch_id: int, **rows: int) -> None:
-        """Called by a component's sink: what one micro-batch wrote."""
+    def wrote(self, component: str, batch_id: int, **rows: float) -> None:
+        """Called by a component's sink: what one micro-batch wrote and observed."""
         with self._lock:
             self._pending.setdefault((component, batch_id), Counter()).update(rows)
 

@@ -48,7 +48,7 @@ watermark, so the windows after them never see a visit as late.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -68,7 +68,7 @@ from abstream.io.tables import (
     ensure_table,
     events_table,
 )
-from abstream.observed import LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
+from abstream.observed import FRESHNESS_FACTS, LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
 from abstream.schemas import OPEN_VISITS, session_state
 from abstream.speed.component import Component, Context, stream_writer
 from abstream.speed.watermarks import (
@@ -77,7 +77,8 @@ from abstream.speed.watermarks import (
     output_watermark,
     source_watermark,
 )
-from abstream.stages import definition_gold, gold, sessions
+from abstream.stages import constants, definition_gold, gold, sessions
+from abstream.times import micros_from
 from abstream.topology import SESSIONIZE, SPEED
 
 NAME = SESSIONIZE.name
@@ -92,10 +93,6 @@ CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
 #: The layout of the snapshots this version writes: an open visit is whole in its
 #: generation's snapshot only. Earlier snapshots (0) kept every open visit whole in each.
 WHOLE_IN_GENERATION = 1
-
-
-def _micros(value: int | None) -> Column:
-    return F.timestamp_micros(F.lit(value))
 
 
 def fresh_targets(events: DataFrame, entries: DataFrame, carried: DataFrame) -> DataFrame:
@@ -128,7 +125,8 @@ def _held(state: StateSnapshots, previous: Snapshot | None
     partial = F.lit(False) if previous.form >= WHOLE_IN_GENERATION \
         else F.col("pageviews").isNull()
     visits = state.read(previous, OPEN).select(
-        *sessions.VISIT, F.coalesce("generation", F.lit(previous.batch)).alias("generation"),
+        *sessions.VISIT,
+        F.coalesce("generation", constants.long_constant(previous.batch)).alias("generation"),
         "visit_end", "events", partial.alias("partial"))
     return visits, generations
 
@@ -195,8 +193,9 @@ def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
 def _arrived(batch: DataFrame, watermark: int | None, columns: tuple[str, ...]) -> DataFrame:
     """The micro-batch's events as sessionized (``columns``, not yet counted), each
     ``late`` when behind ``watermark`` (epoch microseconds)."""
-    late = F.lit(False) if watermark is None else F.col("event_ts") < _micros(watermark)
-    return batch.select(*columns, _micros(None).alias("counted_in"),
+    late = F.lit(False) if watermark is None \
+        else constants.micros("event_ts") < constants.micros_constant(watermark)
+    return batch.select(*columns, F.lit(None).cast("timestamp").alias("counted_in"),
                         late.alias("late"))
 
 
@@ -214,7 +213,7 @@ def _open_at(closing_at: int | None, gap_micros: int) -> Column:
     """Whether a visit is still open when the watermark is ``closing_at``."""
     if closing_at is None:
         return F.lit(True)
-    return F.unix_micros("visit_end") + gap_micros >= closing_at
+    return constants.micros("visit_end") >= constants.micros_constant(closing_at - gap_micros)
 
 
 def _settling(watermark: int | None, closing_at: int | None) -> Column:
@@ -223,10 +222,11 @@ def _settling(watermark: int | None, closing_at: int | None) -> Column:
     visit counts at (its start, its first exposures), in this micro-batch."""
     if closing_at is None:
         return F.lit(False)
-    before_next = F.col("visit_end") < _micros(closing_at)
+    visit_end = constants.micros("visit_end")
+    before_next = visit_end < constants.micros_constant(closing_at)
     if watermark is None:
         return before_next
-    return before_next & (F.col("visit_end") >= _micros(watermark))
+    return before_next & (visit_end >= constants.micros_constant(watermark))
 
 
 def _open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
@@ -250,8 +250,9 @@ def _closing_or_settling(state: StateSnapshots, held: DataFrame, held_in: tuple[
 def _settled_targets(visits: DataFrame, closing_at: int | None) -> DataFrame:
     """The targets of ``visits`` whose unit counts at a time the watermark after the
     micro-batch (``closing_at``) has passed (none where there is none yet)."""
-    return sessions.visit_targets(visits) \
-        .where(definition_gold.unit_time() < _micros(closing_at))
+    settled = F.lit(False) if closing_at is None \
+        else constants.micros(definition_gold.unit_time()) < constants.micros_constant(closing_at)
+    return sessions.visit_targets(visits).where(settled)
 
 
 def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
@@ -277,15 +278,18 @@ def _read_and_seen(previous: Snapshot | None, newest: int | None, end: BatchEnd
     return read_until, latest(before_seen, end.finished_latest)
 
 
-def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame) -> Observation:
+def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame, at: int
+                     ) -> Observation:
     """Write the events of the micro-batch's visits (``started``) as its snapshot's events
-    part, late ones with no visit; observed: how many were late, and the newest event time
-    (epoch microseconds)."""
+    part, late ones with no visit; observed: how many were late, the newest event time
+    (epoch microseconds), and the freshness of the new events (not counted yet) at ``at``,
+    the micro-batch's start."""
     seen = Observation()
     state.write(batch_id, EVENTS, started
                 .withColumn("visit_start", F.when(~F.col("late"), F.col("visit_start")))
                 .observe(seen, F.count_if("late").alias("late"),
-                         F.unix_micros(F.max("event_ts")).alias("newest")))
+                         F.unix_micros(F.max("event_ts")).alias("newest"),
+                         *gold.freshness(F.col("counted_in").isNull(), at)))
     return seen
 
 
@@ -316,7 +320,7 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
         state.write(batch_id, CARRIED, _events_of(_generations(state, moved, columns), moving))
         sessionized = sessionized.unionByName(
             _whole(state, moving, moved).withColumn("held_in", generation)
-            .withColumn("generation", F.lit(batch_id)))
+            .withColumn("generation", constants.long_constant(batch_id)))
         carried = carried.where(~(still_open & generation.isin(*moved)))
 
     def held_where(condition: Column) -> Column:
@@ -336,10 +340,12 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
     return dict(kept.get)
 
 
-def _report(kept: Mapping[str, Any], late: int, closing_at: int | None) -> dict[str, int]:
+def _report(kept: Mapping[str, Any], seen: Mapping[str, Any], closing_at: int | None
+            ) -> dict[str, float]:
     """A micro-batch's figures for its progress: visits closed, late events, the events
-    held, and its watermarks (epoch milliseconds)."""
-    report = {"visits": kept["closing"], LATE: late, STATE_ROWS: kept["rows"] or 0}
+    held, the freshness of its new events, and its watermarks (epoch milliseconds)."""
+    report = {"visits": kept["closing"], LATE: seen["late"], STATE_ROWS: kept["rows"] or 0,
+              **{fact: seen[fact] for fact in FRESHNESS_FACTS}}
     # Gold reads the events (not held) and the visits (held back to the earliest event
     # still open): its input watermark is the lower of the two.
     gold_watermark = input_watermark(
@@ -397,7 +403,8 @@ def build(ctx: Context) -> DataStreamWriter:
     state = StateSnapshots(spark, checkpoint + "/state",
                            {EVENTS: state_schema, OPEN: OPEN_VISITS, CARRIED: state_schema})
 
-    def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
+    def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, float]:
+        started_at = micros_from(datetime.now(UTC))
         previous = state.before(batch_id)
         watermark = _watermark_before(previous, lateness)
         end = commits_read.after(batch_id)
@@ -420,7 +427,7 @@ def build(ctx: Context) -> DataStreamWriter:
             # micro-batch reads bronze once: they are counted there and go no further.
             started = sessions.with_visit_start(held_touched.unionByName(new), gap,
                                                 apart=("late",))
-            seen = snapshot_events(state, batch_id, started)
+            seen = snapshot_events(state, batch_id, started, started_at)
             read_until, seen_until = _read_and_seen(previous, seen.get["newest"], end)
             # Everything below reads the snapshot just written: the micro-batch is sessionized
             # once.
@@ -435,7 +442,8 @@ def build(ctx: Context) -> DataStreamWriter:
                     inside=end.inside)
                 still_open, settling = _open_and_settling(watermark, closing_at, gap)
                 kept = leave_open(
-                    state, batch_id, visits.withColumn("generation", F.lit(batch_id))
+                    state, batch_id,
+                    visits.withColumn("generation", constants.long_constant(batch_id))
                     .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
                     settling=settling, held_in=generations,
                     limit=settings.state_generations, columns=columns)
@@ -457,10 +465,10 @@ def build(ctx: Context) -> DataStreamWriter:
             touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
                        WHOLE_IN_GENERATION, watermark=closing_at, read_until=read_until)
-        return _report(kept, seen.get["late"], closing_at)
+        return _report(kept, seen.get, closing_at)
 
-    return stream_writer(ctx, NAME, gold.observe_freshness(sessions.with_measured_properties(
-        delta_stream(spark, events_path, settings.max_files_per_trigger))), write)
+    return stream_writer(ctx, NAME, sessions.with_measured_properties(
+        delta_stream(spark, events_path, settings.max_files_per_trigger)), write)
 
 
 COMPONENT = Component(

@@ -16,8 +16,14 @@ from pyspark.sql.types import DataType
 
 from abstream.config import MetricsSettings
 from abstream.durations import spark_interval
-from abstream.observed import FRESHNESS, FRESHNESS_BUCKETS
+from abstream.observed import (
+    FRESHNESS_BUCKETS,
+    FRESHNESS_COUNT,
+    FRESHNESS_SUM,
+    freshness_bucket,
+)
 from abstream.schemas import EXPERIMENT_METRICS, MONEY_SQUARED, MONEY_TOTAL
+from abstream.stages import constants
 from abstream.stages.lineage import gold_columns
 from abstream.stages.sessions import TARGET
 
@@ -149,17 +155,17 @@ def experiment_metrics(
     )
 
 
-def observe_freshness(events: DataFrame) -> DataFrame:
-    """Observe, per micro-batch, how old each event is when it is aggregated: gold's
-    ``computed_at`` (the batch time, ``current_timestamp()``) minus ``event_ts``, as
-    cumulative bucket counts, their sum and count (Prometheus histogram parts)."""
-    age = (F.unix_micros(F.current_timestamp()) - F.unix_micros(F.col("event_ts"))) / 1e6
-    return events.observe(
-        FRESHNESS,
-        F.count(F.lit(1)).alias("count"),
-        F.sum(age).alias("sum"),
-        *(F.count_if(age <= bound).alias(f"le_{bound}") for bound in FRESHNESS_BUCKETS),
-    )
+def freshness(taken_in: Column, at: int) -> list[Column]:
+    """Aggregates of how old the events ``taken_in`` are at ``at`` (epoch microseconds, the
+    micro-batch's start), named as the facts of gold freshness: their count, the sum of
+    their ages and the cumulative count per bucket (``observed.FRESHNESS_BUCKETS``)."""
+    age = F.when(taken_in, constants.micros_constant(at) - constants.micros("event_ts"))
+    return [
+        F.count(age).alias(FRESHNESS_COUNT),
+        (F.coalesce(F.sum(age.cast("double")), F.lit(0.0)) / 1e6).alias(FRESHNESS_SUM),
+        *(F.count_if(age <= bound * 1_000_000).alias(freshness_bucket(bound))
+          for bound in FRESHNESS_BUCKETS),
+    ]
 
 
 def with_lineage(metrics: DataFrame, layer: str) -> DataFrame:

@@ -66,12 +66,13 @@ def header(name: str) -> Column:
     return F.get(F.filter("headers", lambda h: h["key"] == name), 0)["value"].cast("string")
 
 
-def parsed_beacons(records: DataFrame, valid_topic: str, valid_schema: StructType
-                   ) -> DataFrame:
+def parsed_beacons(records: DataFrame, valid_topic: str, valid_schema: StructType,
+                   ingested_at: Column) -> DataFrame:
     """Records of the validation stage's two topics as ``parse_beacons`` output: bronze
-    columns, ``raw`` and ``reason``; ``valid_schema`` is the valid topic's JSON
-    (``schemas.valid_event_schema``). A record on the valid topic that is not a valid
-    event's JSON (written by something else) is refused as ``malformed_json``."""
+    columns, ``raw`` and ``reason``, taken in at ``ingested_at``; ``valid_schema`` is the
+    valid topic's JSON (``schemas.valid_event_schema``). A record on the valid topic that
+    is not a valid event's JSON (written by something else) is refused as
+    ``malformed_json``."""
     event = F.from_json(F.col("value").cast("string"), valid_schema, JSON_OPTIONS)
     from_valid = F.col("topic") == valid_topic
     complete = F.col("e.event_id").isNotNull() & F.col("e.event_ts").isNotNull() \
@@ -86,7 +87,7 @@ def parsed_beacons(records: DataFrame, valid_topic: str, valid_schema: StructTyp
           else F.col(f"e.{name}").alias(name) for name in valid_schema.fieldNames()],
         F.coalesce(header(SOURCE_HEADER), _location()).alias("source_file"),
         F.coalesce(F.timestamp_millis(source_ts), "timestamp").alias("arrived_at"),
-        F.current_timestamp().alias("ingested_at"),
+        ingested_at.alias("ingested_at"),
         F.to_date("e.event_ts").alias("event_date"),
         F.col("value").cast("string").alias("raw"),
         reason.alias("reason"),
