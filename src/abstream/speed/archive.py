@@ -4,8 +4,7 @@ delivers at least once)."""
 
 from __future__ import annotations
 
-from functools import partial
-
+from pyspark.sql import Column, DataFrame
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io.kafka.topics import ensure_topics
@@ -25,8 +24,11 @@ def build(ctx: Context) -> DataStreamWriter:
     ensure_topics(kafka, topics, kafka.partitions)
     records = kafka_stream(ctx.spark, kafka, topics,
                            ctx.config.archive.max_offsets_per_trigger)
-    parse = partial(kafka_records.parsed_beacons, valid_topic=kafka.valid_topic,
-                    valid_schema=valid_event_schema(ctx.config.events))
+    valid_schema = valid_event_schema(ctx.config.events)
+
+    def parse(batch: DataFrame, ingested_at: Column) -> DataFrame:
+        return kafka_records.parsed_beacons(batch, kafka.valid_topic, valid_schema, ingested_at)
+
     return stream_writer(ctx, NAME, records, bronze_write(ctx, NAME, parse))
 
 
