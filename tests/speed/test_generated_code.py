@@ -27,16 +27,18 @@ def _compilations(ctx: Context) -> int:
 
 
 def _sessionize_compilations(ctx: Context, data_dir: Path, start: datetime) -> int:
-    """Classes compiled while sessionize takes in, a file a micro-batch, the same beacons
-    from ``start`` on, in ``data_dir``."""
+    """Classes compiled while sessionize takes in, a file a micro-batch (three), the same
+    beacons from ``start`` on, in ``data_dir``."""
     layout = Layout.of(data_dir)
     ctx = replace(ctx, layout=layout,
                   config=ctx.config.model_copy(update={"data_dir": str(data_dir)}))
-    generate(GeneratorSettings(events=600, seed=5, start=start, span=timedelta(hours=2),
-                               file_events=200), Path(layout.landing))
+    generate(GeneratorSettings(events=240, seed=5, start=start, span=timedelta(hours=2),
+                               file_events=80), Path(layout.landing))
     run_once(ctx, [COMPONENTS["ingest"]])
+    batches = ctx.stats.component("sessionize").batches
     before = _compilations(ctx)
     run_once(ctx, [COMPONENTS["sessionize"]])
+    assert ctx.stats.component("sessionize").batches == batches + 3
     return _compilations(ctx) - before
 
 
@@ -44,7 +46,9 @@ def _sessionize_compilations(ctx: Context, data_dir: Path, start: datetime) -> i
 def test_sessionize_compiles_its_micro_batches_once(ctx, tmp_path):
     for section in ("ingest", "sessionize"):
         ctx = reconfigure(ctx, section, max_files_per_trigger=1)
-    first = _sessionize_compilations(ctx, tmp_path / "first", DAY)
-    assert first > 0
-    assert _sessionize_compilations(ctx, tmp_path / "later", DAY + timedelta(hours=3)) == 0
-    assert ctx.stats.component("sessionize").batches == 6
+    assert _sessionize_compilations(ctx, tmp_path / "first", DAY) > 0
+    # The count is the JVM's: a thread an earlier test left may compile meanwhile. A second
+    # try tells that apart from sessionize's own code, which would compile on every try.
+    later = (_sessionize_compilations(ctx, tmp_path / f"later-{n}", DAY + timedelta(hours=3 * n))
+             for n in (1, 2))
+    assert any(compiled == 0 for compiled in later)
