@@ -28,6 +28,11 @@ def micros_from(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
+def now_micros() -> int:
+    """The current time as epoch microseconds."""
+    return micros_from(datetime.now(UTC))
+
+
 def from_micros(micros: int) -> datetime:
     """Spark's ``unix_micros`` as an aware UTC datetime, whatever the local time zone."""
     return _EPOCH + timedelta(microseconds=micros)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from functools import partial
 
 from pyspark.sql import Column, DataFrame, Observation
@@ -16,7 +15,7 @@ from abstream.io.tables import REJECTED_TABLE, ensure_table, events_table
 from abstream.observed import DUPLICATES
 from abstream.speed.component import BatchWrite, Component, Context, stream_writer
 from abstream.stages import beacons, constants, dedupe
-from abstream.times import from_micros, micros_from
+from abstream.times import from_micros, now_micros
 from abstream.topology import EVENTS, INGEST, REJECTED
 
 NAME = INGEST.name
@@ -44,17 +43,17 @@ def bronze_write(ctx: Context, component: str, parse: Parse) -> BatchWrite:
     window = ctx.config.ingest.dedupe_window
 
     def write(records: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
-        batch = parse(records, constants.instant(micros_from(datetime.now(UTC)))).persist()
+        ingested_at = now_micros()
+        batch = parse(records, constants.instant(ingested_at)).persist()
         try:
             with ctx.stats.step(component, "parse and check"):
                 counts = batch.agg(
                     F.count_if(F.col("reason").isNull()).alias("valid"),
-                    F.count_if(F.col("reason").isNotNull()).alias("rejected"),
-                    F.unix_micros(F.min("ingested_at")).alias("ingested")).first()
+                    F.count_if(F.col("reason").isNotNull()).alias("rejected")).first()
             events = duplicates = 0
             if counts["valid"]:
                 bronze = batch.sparkSession.read.format("delta").load(events_path)
-                seen = dedupe.recent_ids(bronze, from_micros(counts["ingested"]) - window)
+                seen = dedupe.recent_ids(bronze, from_micros(ingested_at) - window)
                 written = Observation()
                 unique = drop_duplicate_events(beacons.valid_events(batch), seen) \
                     .observe(written, F.count(F.lit(1)).alias("rows"))

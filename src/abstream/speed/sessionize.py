@@ -48,7 +48,7 @@ watermark, so the windows after them never see a visit as late.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -78,7 +78,7 @@ from abstream.speed.watermarks import (
     source_watermark,
 )
 from abstream.stages import constants, definition_gold, gold, sessions
-from abstream.times import micros_from
+from abstream.times import now_micros
 from abstream.topology import SESSIONIZE, SPEED
 
 NAME = SESSIONIZE.name
@@ -404,7 +404,7 @@ def build(ctx: Context) -> DataStreamWriter:
                            {EVENTS: state_schema, OPEN: OPEN_VISITS, CARRIED: state_schema})
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, float]:
-        started_at = micros_from(datetime.now(UTC))
+        started_at = now_micros()
         previous = state.before(batch_id)
         watermark = _watermark_before(previous, lateness)
         end = commits_read.after(batch_id)

@@ -3,21 +3,19 @@ when."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from abstream.schemas import WINDOW_DAY, with_window_date
 from abstream.stages import constants
-from abstream.times import micros_from
+from abstream.times import now_micros
 
 
 def lineage_columns(table: StructType, layer: str, **more: Column) -> list[Column]:
     """The ``table``'s columns in its order: ``layer``, ``computed_at`` (now: the write's
     time), ``more`` by name and the others as they are (one projection)."""
-    now = constants.instant(micros_from(datetime.now(UTC)))
+    now = constants.instant(now_micros())
     added = {"layer": F.lit(layer), "computed_at": now, **more}
     return [added[name].alias(name) if name in added else F.col(name)
             for name in table.fieldNames()]
