@@ -115,8 +115,8 @@ def test_serving_view_equals_the_definitions_after_run_once_and_batch_all(ctx, c
 def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
     for section in ("ingest", "sessionize"):
         ctx = reconfigure(ctx, section, trigger=timedelta(seconds=1))
-    generate(GeneratorSettings(events=1_000, seed=31, file_events=500),
-             Path(ctx.layout.landing))
+    generate(GeneratorSettings(events=1_000, seed=31, file_events=500,
+                               span=timedelta(hours=12)), Path(ctx.layout.landing))
     stop, feeding, failures = threading.Event(), threading.Event(), []
 
     def stream() -> None:
@@ -127,10 +127,10 @@ def test_the_batch_layer_runs_beside_the_stream_without_conflicts(ctx):
 
     def feed() -> None:
         """Once the batch layer starts, a new landing file every half second, each a visit
-        two hours after the last (the generated events end on day two at 06:00): every
-        micro-batch's watermark closes the visits before it, so the stream keeps appending
-        to gold. (Fed from the start, the stream's first, slow micro-batches would leave the
-        batch layer weeks of event time to recompute.)"""
+        two hours after the last (the generated events end on the first day, one batch
+        chunk): every micro-batch's watermark closes the visits before it, so the stream
+        keeps appending to gold. (Fed from the start, the stream's first, slow micro-batches
+        would leave the batch layer weeks of event time to recompute.)"""
         number = 0
         while not stop.wait(0.5):
             if not feeding.is_set():
