@@ -164,12 +164,13 @@ def session_state(properties: Mapping[str, DataType]) -> StructType:
 SESSION_STATE = session_state({})
 
 #: The visits a micro-batch of sessionize left open, each with the micro-batch whose
-#: snapshot holds its events (its generation): as silver has it (without the lineage), as
-#: assembled when its session was last sessionized, in the snapshot of its generation; in
-#: the later snapshots that carry it, its key, end, events and generation alone (NULL for
-#: the rest). Snapshots written before that layout kept every open visit whole in each;
-#: before they kept the whole visit, they had NULL measures (and, earlier still, NULL ends
-#: and events and no generation: the snapshot itself held the events).
+#: snapshot holds its events (its generation), as silver has it (without the lineage): a
+#: micro-batch writes those it sessionized or copied, whole, in its own snapshot (their
+#: generation), and leaves the others where earlier snapshots wrote them. Snapshots of
+#: earlier layouts listed every open visit in each: those of other generations by key,
+#: end, events and generation alone (NULL for the rest); before that whole; before they
+#: kept the whole visit, with NULL measures (and, earlier still, NULL ends and events and no
+#: generation: the snapshot itself held the events).
 OPEN_VISITS = StructType(
     [
         *(StructField(field.name, field.dataType) for field in SESSIONS.fields
@@ -177,6 +178,14 @@ OPEN_VISITS = StructType(
         StructField("generation", LongType()),
     ]
 )
+
+#: The open visits a micro-batch of sessionize wrote again, so that the rows earlier
+#: snapshots hold of them are no longer theirs: a session it sessionized again
+#: (``visit_start`` NULL: each of its visits), or a visit it copied.
+SUPERSEDED_VISITS = StructType([
+    StructField("session_id", StringType(), False),
+    StructField("visit_start", TimestampType()),
+])
 
 #: gold ``experiment_metrics``: experiment x variant x population x window x layer.
 METRIC_KEY = ("experiment_id", "variant", "population", "window_start", "window_end", "layer")

@@ -219,6 +219,17 @@ def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
     assert _assigned_events(ctx) == (7, 2)
 
 
+def _rewrite_snapshot(snapshot: Path, rows, tmp_path: Path, info) -> None:
+    """Replace the open visits of ``snapshot`` with ``rows``, and its completion file with
+    what ``info`` makes of it, as an earlier layout wrote them."""
+    rows.coalesce(1).write.parquet(str(tmp_path / "open_visits"))
+    shutil.rmtree(snapshot / "open_visits")
+    shutil.move(tmp_path / "open_visits", snapshot / "open_visits")
+    done = snapshot / "_abstream_state.json"
+    done.write_text(json.dumps(info(json.loads(done.read_text()))))
+    (snapshot / f".{done.name}.crc").unlink()
+
+
 @pytest.mark.parametrize("kept", [
     ("session_id", "visit_start", "experiments"),
     ("session_id", "visit_start", "visit_end", "events", "experiments", "generation"),
@@ -233,14 +244,9 @@ def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
     run_once(ctx, [COMPONENTS["sessionize"]])
     state = _state(ctx)
     (snapshot,) = state.glob("batch=*")
-    open_visits = snapshot / "open_visits"
-    old = ctx.spark.read.parquet(str(open_visits)).select(*kept)
-    old.write.parquet(str(tmp_path / "open_visits"))
-    shutil.rmtree(open_visits)
-    shutil.move(tmp_path / "open_visits", open_visits)
-    done = snapshot / "_abstream_state.json"
-    done.write_text(json.dumps({"seen_until": json.loads(done.read_text())["seen_until"]}))
-    (snapshot / f".{done.name}.crc").unlink()
+    old = ctx.spark.read.parquet(str(snapshot / "open_visits")).select(*kept)
+    _rewrite_snapshot(snapshot, old, tmp_path, lambda info: {"seen_until": info["seen_until"]})
+    shutil.rmtree(snapshot / "superseded")
     _append(ctx, [("b2", "busy", T0 + timedelta(minutes=20))])
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
     run_once(ctx, [COMPONENTS["sessionize"]])
@@ -248,38 +254,63 @@ def test_state_of_partial_visits_is_sessionized_again(ctx, tmp_path, kept):
     assert _assigned_events(ctx) == (5, 2)
 
 
-def test_open_visits_are_whole_in_one_snapshot_and_the_earlier_layout_goes_on(ctx, tmp_path):
-    """An open visit is whole only in the snapshot that sessionized it; the later ones carry
-    its key, end, events and generation. A snapshot of the earlier layout, where each kept
-    its carried visits whole too, is carried on as if this version had written it."""
+def test_a_snapshot_writes_only_the_visits_it_sessionized(ctx):
+    """An open visit's row is written by the snapshot that sessionized it, whole, and read
+    from there until its session is sessionized again (the later snapshot lists the session
+    as superseded) or the visit closes."""
     ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
     _carried_then_touched(ctx)
     run_once(ctx, [COMPONENTS["sessionize"]])
-    latest = _state(ctx) / "batch=3"
-    kept = ctx.spark.read.parquet(str(latest / "open_visits"))
-    carried = kept.where(F.col("pageviews").isNull())
-    assert [(r["session_id"], r["generation"], r["events"], r["experiments"])
-            for r in carried.collect()] == [("idle", 2, 3, None)], \
-        "idle, sessionized in batch 2, is carried narrow by batch 3"
-    earlier = kept.where(F.col("pageviews").isNotNull()).unionByName(
-        ctx.spark.read.parquet(str(_state(ctx) / "batch=2" / "open_visits"))
-        .join(carried.select("session_id", "visit_start"), ["session_id", "visit_start"],
-              "left_semi"))
-    earlier.coalesce(1).write.parquet(str(tmp_path / "open_visits"))
-    assert sorted((r["session_id"], r["generation"], r["pageviews"]) for r in
-                  ctx.spark.read.parquet(str(tmp_path / "open_visits")).collect()) == \
-        [("busy", 3, 4), ("idle", 2, 3)], "both whole, each with its generation"
-    shutil.rmtree(latest / "open_visits")
-    shutil.move(tmp_path / "open_visits", latest / "open_visits")
-    done = latest / "_abstream_state.json"
-    info = json.loads(done.read_text())
-    del info["form"]
-    done.write_text(json.dumps(info))
-    (latest / f".{done.name}.crc").unlink()
+    state = _state(ctx)
+
+    def rows(batch, part):
+        return sorted(tuple(r) for r in ctx.spark.read.parquet(
+            str(state / f"batch={batch}" / part)).select(
+            "session_id", *(("generation", "events") if part == "open_visits"
+                            else ("visit_start",))).collect())
+
+    assert rows(3, "open_visits") == [("busy", 3, 4)], "idle is not written again"
+    assert rows(2, "open_visits") == [("busy", 2, 3), ("idle", 2, 3)], \
+        "busy's row of batch 2 stays, superseded"
+    assert rows(3, "superseded") == [("busy", None)]
+    assert json.loads((state / "batch=3" / "_abstream_state.json").read_text())["held_rows"] \
+        == 7, "idle's three events and busy's four"
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]
     assert _assigned_events(ctx) == (9, 3), "each event and each closed visit counted once"
+
+
+def test_a_snapshot_of_the_earlier_layout_is_copied_whole_and_goes_on(ctx, tmp_path):
+    """A snapshot of the layout before (every open visit listed in each, by key where
+    another snapshot holds it whole) is carried on: the next micro-batch copies its open
+    visits into its own snapshot, whole, with their events."""
+    ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0))
+    _carried_then_touched(ctx)
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    state = _state(ctx)
+    latest = state / "batch=3"
+    kept = ctx.spark.read.parquet(str(latest / "open_visits"))
+    idle = ctx.spark.read.parquet(str(state / "batch=2" / "open_visits")) \
+        .where("session_id = 'idle'")
+    narrow = idle.select(*(F.col(c) if c in ("session_id", "visit_start", "visit_end",
+                                             "events", "generation")
+                           else F.lit(None).cast(kept.schema[c].dataType).alias(c)
+                           for c in kept.columns))
+    _rewrite_snapshot(latest, kept.unionByName(narrow), tmp_path,
+                      lambda info: {**info, "form": 1})
+    shutil.rmtree(latest / "superseded")
+    _append(ctx, [("i4", "idle", T0 + timedelta(minutes=55))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert sorted(p.name for p in (state / "batch=4").iterdir() if p.is_dir()) == \
+        ["carried_events", "events", "open_visits", "superseded"]
+    copied = ctx.spark.read.parquet(str(state / "batch=4" / "open_visits"))
+    assert sorted((r["session_id"], r["generation"], r["events"]) for r in copied.collect()) \
+        == [("busy", 4, 4), ("idle", 4, 4)], "both whole in batch 4, idle touched again"
+    _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
+    run_once(ctx, [COMPONENTS["sessionize"]])
+    assert _visits(ctx) == [("busy", 4), ("idle", 4), ("quiet", 1)]
+    assert _assigned_events(ctx) == (10, 3), "each event and each closed visit counted once"
 
 
 def test_a_first_start_on_a_snapshot_makes_none_of_its_events_late(ctx):

@@ -18,7 +18,7 @@ instead of its streaming state stores. Each micro-batch
    snapshot;
 3. assembles their visits (cached: a row per visit) and appends to silver those that closed
    (their last event + ``gap`` behind the next watermark), with the untouched open visits
-   that closed, as the snapshot that sessionized them kept them;
+   that closed, as the snapshot that sessionized them wrote them;
 4. appends to both gold tables what changed: each event's targets it had not been counted
    for yet (an event is counted as soon as it arrives, and again for a population it joins
    later, when its visit meets an experiment or an exposure: its visit's entries now against
@@ -28,16 +28,16 @@ instead of its streaming state stores. Each micro-batch
    event it passed: no event accepted after can move that time, or give the visit another
    start and so its unit another id (a unit counted again, in the window it was counted in
    before, changes no merged sketch);
-5. writes the visits left open, for the next micro-batch, each with the snapshot that holds
-   its events (its generation): those it sessionized whole (silver's columns), the others
-   by their key, end and events alone, as they are whole in their generation's snapshot.
+5. writes the visits it sessionized that stay open, whole, for the next micro-batch, and
+   lists the sessions it sessionized again: the untouched open visits stay where earlier
+   snapshots wrote them (``speed.open_visits``).
 
-A micro-batch's work is its new events and the open visits they touch: in a live stream,
-where a visit stays open for the gap after its last event, most open visits are untouched
-in any one micro-batch, and their events and whole rows stay where an earlier snapshot
-wrote them; what a micro-batch writes of each is a narrow row. Once
-the visits left open would refer to more than ``sessionize.state_generations`` snapshots,
-the micro-batch copies the open visits' events of the oldest into its own snapshot. A
+A micro-batch's work is its new events and the open visits they touch, and the untouched
+ones that close: in a live stream, where a visit stays open for the gap after its last
+event, most open visits are untouched in any one micro-batch, and their events and rows
+stay where an earlier snapshot wrote them; of each, a micro-batch reads its key, end and
+events. Once the visits left open would refer to more than ``sessionize.state_generations``
+snapshots, the micro-batch copies the open visits of the oldest into its own snapshot. A
 micro-batch reads the events of the snapshots that hold the visits it touches, no others.
 
 Gold's speed rows are increments: the serving view adds them up per window. Each operator
@@ -53,13 +53,13 @@ from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from abstream.io import local_disk, sinks
 from abstream.io.sources import BatchEnd, CommitsRead, delta_stream
-from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
+from abstream.io.state import Snapshot, StateSnapshots
 from abstream.io.tables import (
     DEFINITIONS_TABLE,
     METRICS_TABLE,
@@ -69,8 +69,21 @@ from abstream.io.tables import (
     events_table,
 )
 from abstream.observed import FRESHNESS_FACTS, LATE, OUTPUT_WATERMARK, STATE_ROWS, WATERMARK
-from abstream.schemas import OPEN_VISITS, session_state
+from abstream.schemas import OPEN_VISITS, SUPERSEDED_VISITS, session_state
 from abstream.speed.component import Component, Context, stream_writer
+from abstream.speed.open_visits import (
+    CARRIED,
+    DELTAS,
+    EVENTS,
+    OPEN,
+    SUPERSEDED,
+    Held,
+    OpenVisits,
+    events_in,
+    events_of,
+    open_and_settling,
+    snapshots_of,
+)
 from abstream.speed.watermarks import (
     held_source_watermark,
     input_watermark,
@@ -82,17 +95,6 @@ from abstream.times import now_micros
 from abstream.topology import SESSIONIZE, SPEED
 
 NAME = SESSIONIZE.name
-#: The parts of the state snapshot: the events sessionized in the micro-batch, the visits
-#: left open, and the events of the open visits it did not touch, when it copied them.
-EVENTS, OPEN, CARRIED = "events", "open_visits", "carried_events"
-#: An open visit and the snapshot that holds its events.
-HELD_VISIT = (*sessions.VISIT, "generation")
-#: What a snapshot keeps of an open visit it carries (one an earlier snapshot sessionized
-#: and keeps whole): its other columns are NULL.
-CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
-#: The layout of the snapshots this version writes: an open visit is whole in its
-#: generation's snapshot only. Earlier snapshots (0) kept every open visit whole in each.
-WHOLE_IN_GENERATION = 1
 
 
 def fresh_targets(events: DataFrame, entries: DataFrame, carried: DataFrame) -> DataFrame:
@@ -111,60 +113,7 @@ def fresh_targets(events: DataFrame, entries: DataFrame, carried: DataFrame) -> 
     return targets.where(~already)
 
 
-def _held(state: StateSnapshots, previous: Snapshot | None
-          ) -> tuple[DataFrame, tuple[int, ...]]:
-    """The visits ``previous`` left open (``CARRIED_VISIT``, and ``partial``: whether to
-    sessionize them again), and the snapshots that hold their events.
-
-    A snapshot written before open visits kept their generation held the events of its
-    open visits itself; one written before they were kept whole (NULL measures) kept them
-    partial."""
-    if previous is None:
-        return state.read(None, OPEN).select(*CARRIED_VISIT, F.lit(False).alias("partial")), ()
-    generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
-    partial = F.lit(False) if previous.form >= WHOLE_IN_GENERATION \
-        else F.col("pageviews").isNull()
-    visits = state.read(previous, OPEN).select(
-        *sessions.VISIT,
-        F.coalesce("generation", constants.long_constant(previous.batch)).alias("generation"),
-        "visit_end", "events", partial.alias("partial"))
-    return visits, generations
-
-
-def _whole(state: StateSnapshots, visits: DataFrame, batches: tuple[int, ...]) -> DataFrame:
-    """The held ``visits`` as the snapshots of their generations (``batches``) keep them,
-    whole, each with its ``generation``.
-
-    An open visit is whole in the snapshot that sessionized it (or copied it), whatever
-    the layout: earlier layouts kept it whole in the later snapshots too, as they keep it
-    in that one."""
-    kept = state.read_parts(batches, (OPEN,)).drop("generation") \
-        .withColumnRenamed(SNAPSHOT, "generation")
-    return kept.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi")
-
-
-def _carried(visits: DataFrame) -> DataFrame:
-    """Held ``visits`` as a snapshot that carries them keeps them: ``CARRIED_VISIT``, and
-    NULL for the other columns of an open visit."""
-    return visits.select(*(
-        F.col(field.name) if field.name in CARRIED_VISIT
-        else F.lit(None).cast(field.dataType).alias(field.name)
-        for field in OPEN_VISITS.fields))
-
-
-def _generations(state: StateSnapshots, batches: tuple[int, ...], columns: tuple[str, ...]
-                 ) -> DataFrame:
-    """The events the snapshots of ``batches`` hold, each with the start of the visit it was
-    counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
-    (not late) and those they copied, including the events of visits closed or sessionized
-    again since (join them to the visits)."""
-    events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
-    return events.select(*columns, "visit_start",
-                         F.col("visit_start").alias("counted_in"), "late",
-                         F.col(SNAPSHOT).alias("generation"))
-
-
-def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
+def _touched(new: DataFrame, held: Held, previous: Snapshot | None
              ) -> tuple[DataFrame, DataFrame]:
     """``new`` and the sessions sessionized again.
 
@@ -180,14 +129,8 @@ def _touched(new: DataFrame, held_visits: DataFrame, previous: Snapshot | None
         return new, new.select("session_id").limit(0)
     new = new.persist(StorageLevel.MEMORY_AND_DISK)
     touched = new.where(~F.col("late")).select("session_id").unionByName(
-        held_visits.where("partial").select("session_id")).distinct()
+        held.visits.where("partial").select("session_id")).distinct()
     return new, F.broadcast(touched.persist(StorageLevel.MEMORY_AND_DISK))
-
-
-def _snapshots_of(visits: DataFrame) -> tuple[int, ...]:
-    """The snapshots that hold the events of held ``visits``, oldest first."""
-    rows = visits.select("generation").distinct().collect()
-    return tuple(sorted(row["generation"] for row in rows))
 
 
 def _arrived(batch: DataFrame, watermark: int | None, columns: tuple[str, ...]) -> DataFrame:
@@ -209,56 +152,12 @@ def _watermark_before(previous: Snapshot | None, lateness: timedelta) -> int | N
     return source_watermark(previous.seen_until, lateness)
 
 
-def _open_at(closing_at: int | None, gap_micros: int) -> Column:
-    """Whether a visit is still open when the watermark is ``closing_at``."""
-    if closing_at is None:
-        return F.lit(True)
-    return constants.micros("visit_end") >= constants.micros_constant(closing_at - gap_micros)
-
-
-def _settling(watermark: int | None, closing_at: int | None) -> Column:
-    """Whether a visit's last event falls between the micro-batch's ``watermark`` and the
-    next (``closing_at``): the watermark passed it, and with it every time a unit of the
-    visit counts at (its start, its first exposures), in this micro-batch."""
-    if closing_at is None:
-        return F.lit(False)
-    visit_end = constants.micros("visit_end")
-    before_next = visit_end < constants.micros_constant(closing_at)
-    if watermark is None:
-        return before_next
-    return before_next & (visit_end >= constants.micros_constant(watermark))
-
-
-def _open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
-                       ) -> tuple[Column, Column]:
-    """Whether a visit is still open after the micro-batch, and whether it settles in it."""
-    return (_open_at(closing_at, gap // timedelta(microseconds=1)),
-            _settling(watermark, closing_at))
-
-
-def _closing_or_settling(state: StateSnapshots, held: DataFrame, held_in: tuple[int, ...],
-                         on_disk: Callable[[DataFrame], DataFrame], visits: DataFrame
-                         ) -> DataFrame:
-    """The untouched ``held`` visits that close or settle, whole, from the snapshots they
-    are ``held_in`` (their generations), read once onto local disk; none (``visits``'
-    columns) where no generation holds one."""
-    if not held_in:
-        return visits.limit(0)
-    return on_disk(_whole(state, held, tuple(sorted(set(held_in)))).drop("generation"))
-
-
 def _settled_targets(visits: DataFrame, closing_at: int | None) -> DataFrame:
     """The targets of ``visits`` whose unit counts at a time the watermark after the
     micro-batch (``closing_at``) has passed (none where there is none yet)."""
     settled = F.lit(False) if closing_at is None \
         else constants.micros(definition_gold.unit_time()) < constants.micros_constant(closing_at)
     return sessions.visit_targets(visits).where(settled)
-
-
-def _events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
-    """The held ``events`` of the held ``visits``."""
-    return events.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi") \
-        .drop("generation")
 
 
 def _read_and_seen(previous: Snapshot | None, newest: int | None, end: BatchEnd
@@ -291,53 +190,6 @@ def _snapshot_events(state: StateSnapshots, batch_id: int, started: DataFrame, a
                          F.unix_micros(F.max("event_ts")).alias("newest"),
                          *gold.freshness(F.col("counted_in").isNull(), at)))
     return seen
-
-
-def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
-                carried: DataFrame, still_open: Column, *, settling: Column,
-                held_in: tuple[int, ...], limit: int, columns: tuple[str, ...]
-                ) -> dict[str, Any]:
-    """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
-    ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
-    all close (``closing``), the generations the carried ones that close (``closing_in``)
-    and those ``settling`` (``settling_in``) were held in, how many events the visits left
-    open hold (``rows``), when the earliest of them started (``earliest``, epoch
-    microseconds) and the snapshots their events are in (``generations``), observed while
-    they are written.
-
-    The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
-    ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
-    oldest are first copied into ``batch_id``'s, and they are kept whole in it, each visit
-    then referring to it: a micro-batch copies what one snapshot holds at most, and the
-    open visits are written once."""
-    moved = held_in[:max(0, len(held_in) + 1 - limit)]
-    generation = F.col("generation")
-    # Where each carried visit was held before this snapshot (NULL: sessionized in it).
-    held = F.col("held_in")
-    sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long"))
-    if moved:
-        moving = carried.where(still_open & generation.isin(*moved))
-        state.write(batch_id, CARRIED, _events_of(_generations(state, moved, columns), moving))
-        sessionized = sessionized.unionByName(
-            _whole(state, moving, moved).withColumn("held_in", generation)
-            .withColumn("generation", constants.long_constant(batch_id)))
-        carried = carried.where(~(still_open & generation.isin(*moved)))
-
-    def held_where(condition: Column) -> Column:
-        return F.array_sort(F.collect_set(F.when(condition, held)))
-
-    kept = Observation()
-    state.write(batch_id, OPEN, sessionized.unionByName(
-        _carried(carried).withColumn("held_in", generation)).observe(
-        kept,
-        F.count_if(~still_open).alias("closing"),
-        held_where(~still_open).alias("closing_in"),
-        held_where(settling).alias("settling_in"),
-        F.sum(F.when(still_open, F.col("events"))).alias("rows"),
-        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
-        F.array_sort(F.collect_set(F.when(still_open, generation))).alias("generations"),
-    ).where(still_open))
-    return dict(kept.get)
 
 
 def _report(kept: Mapping[str, Any], seen: Mapping[str, Any], closing_at: int | None
@@ -395,13 +247,13 @@ def build(ctx: Context) -> DataStreamWriter:
     append_gold = _gold_append(ctx, timed)
     snapshot_events = timed("events snapshot", _snapshot_events)
     visits_on_disk = timed("visits", local_disk.DiskFrames.put)
-    leave_open = timed("open snapshot", _leave_open)
-    snapshots_of = timed("touched visits", _snapshots_of)
-    closing_or_settling = timed("untouched closing", _closing_or_settling)
+    touched_in_snapshots = timed("touched visits", snapshots_of)
     checkpoint = ctx.layout.checkpoint(NAME)
     commits_read = CommitsRead(spark, checkpoint, events_path, "event_ts")
     state = StateSnapshots(spark, checkpoint + "/state",
-                           {EVENTS: state_schema, OPEN: OPEN_VISITS, CARRIED: state_schema})
+                           {EVENTS: state_schema, OPEN: OPEN_VISITS, CARRIED: state_schema,
+                            SUPERSEDED: SUPERSEDED_VISITS})
+    open_visits = OpenVisits(state, columns, gap, settings.state_generations, timed)
 
     def write(batch: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, float]:
         started_at = now_micros()
@@ -409,20 +261,18 @@ def build(ctx: Context) -> DataStreamWriter:
         watermark = _watermark_before(previous, lateness)
         end = commits_read.after(batch_id)
         new = _arrived(batch, watermark, columns)
-        held_visits, generations = _held(state, previous)
-        new, touched = _touched(new, held_visits, previous)
-        # Read three times (its snapshots, their events, its whole rows): cached, it scans
-        # the previous snapshot's open visits once.
-        touched_visits = held_visits.join(touched, "session_id", "left_semi") \
+        held = open_visits.held(previous)
+        new, touched = _touched(new, held, previous)
+        # Read three times (its snapshots, their events, its rows): cached, it scans the
+        # open visits' rows once.
+        touched_visits = held.current(held.visits.join(touched, "session_id", "left_semi")) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # Only the snapshots that hold the touched visits are read: no open visit, none.
-            touched_in = snapshots_of(touched_visits) if generations else ()
-            held_touched = _events_of(
-                _generations(state, touched_in, columns)
-                .join(touched, "session_id", "left_semi"),
+            touched_in = touched_in_snapshots(touched_visits) if held.generations else ()
+            held_touched = events_of(
+                events_in(state, touched_in, columns).join(touched, "session_id", "left_semi"),
                 touched_visits).drop("visit_start")
-            untouched_visits = held_visits.join(touched, "session_id", "left_anti")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
             started = sessions.with_visit_start(held_touched.unionByName(new), gap,
@@ -440,16 +290,10 @@ def build(ctx: Context) -> DataStreamWriter:
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
                     inside=end.inside)
-                still_open, settling = _open_and_settling(watermark, closing_at, gap)
-                kept = leave_open(
-                    state, batch_id,
-                    visits.withColumn("generation", constants.long_constant(batch_id))
-                    .select(*OPEN_VISITS.fieldNames()), untouched_visits, still_open,
-                    settling=settling, held_in=generations,
-                    limit=settings.state_generations, columns=columns)
-                untouched = closing_or_settling(
-                    state, untouched_visits.where(~still_open | settling),
-                    (*kept["closing_in"], *kept["settling_in"]), disk.put, visits)
+                kept, untouched = open_visits.leave_open(
+                    batch_id, held, visits, touched, touched_visits, watermark=watermark,
+                    closing_at=closing_at, on_disk=disk.put)
+                still_open, settling = open_and_settling(watermark, closing_at, gap)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
@@ -464,7 +308,7 @@ def build(ctx: Context) -> DataStreamWriter:
             touched.unpersist()
             touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
-                       WHOLE_IN_GENERATION, watermark=closing_at, read_until=read_until)
+                       DELTAS, watermark=closing_at, read_until=read_until)
         return _report(kept, seen.get, closing_at)
 
     return stream_writer(ctx, NAME, sessions.with_measured_properties(

@@ -1,0 +1,375 @@
+"""The open visits sessionize carries from one micro-batch to the next, in its state
+snapshots (``io.state``), and the events they hold.
+
+Each micro-batch writes a snapshot (``DELTAS``, the layout this version writes) of
+
+- ``events``: the events it sessionized, with their visit's start (late ones marked, in no
+  visit);
+- ``open_visits``: the visits it sessionized that stay open, and those it copied, whole
+  (silver's columns), each with its generation: the snapshot that holds its events;
+- ``carried_events``: the events of the visits it copied;
+- ``superseded``: the sessions it sessionized again, and the visits it copied: the rows
+  earlier snapshots hold of them are no longer those visits'.
+
+The visits open after a micro-batch are the rows of the snapshots it refers to (their
+generations) whose end + gap its watermark has not passed, less those a later one of these
+snapshots superseded (``current``). An untouched visit is neither read whole nor written
+again: a micro-batch reads the key, end and events of every row (to find the touched ones),
+whole only the rows whose ends make them close or settle in it, and the events of the
+touched ones; it writes the visits it sessionized. Once the open visits would refer to more
+than ``sessionize.state_generations`` snapshots, the micro-batch copies those of the oldest
+into its own (rows and events), so it copies what one snapshot holds at most.
+
+A snapshot of an earlier layout (each listing every open visit: whole where it holds its
+events and by key where another does, or whole in each) is carried on by the next
+micro-batch copying every open visit it lists into its own snapshot, whole, with its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+
+from abstream.io.state import SNAPSHOT, Snapshot, StateSnapshots
+from abstream.schemas import OPEN_VISITS
+from abstream.stages import constants, sessions
+
+#: The parts of a snapshot: the events sessionized in the micro-batch, the open visits it
+#: wrote, the events of the open visits it copied, and the rows it superseded.
+EVENTS, OPEN, CARRIED, SUPERSEDED = "events", "open_visits", "carried_events", "superseded"
+#: An open visit and the snapshot that holds its events.
+HELD_VISIT = (*sessions.VISIT, "generation")
+#: What a snapshot of the earlier layout keeps of an open visit another snapshot holds
+#: whole: its other columns are NULL.
+CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
+#: The layouts of the snapshots: every open visit listed in each, whole (0); whole in its
+#: generation's snapshot only, the later ones listing its key (1); and ``DELTAS``.
+WHOLE_IN_GENERATION, DELTAS = 1, 2
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the snapshot before a micro-batch left open: its ``visits`` (``CARRIED_VISIT``,
+    and ``partial``: whether to sessionize them again), in the ``DELTAS`` layout with rows
+    no longer theirs among them (``current``), the snapshots that hold them
+    (``generations``), the rows ``superseded`` in those (None for the earlier layouts),
+    and how many events they hold (``rows``)."""
+
+    visits: DataFrame
+    generations: tuple[int, ...]
+    superseded: DataFrame | None
+    rows: int
+    deltas: bool
+
+    def current(self, visits: DataFrame) -> DataFrame:
+        """``visits`` (of ``self.visits``) less those superseded."""
+        return current(visits, self.superseded)
+
+
+def _held(state: StateSnapshots, previous: Snapshot | None, gap: timedelta
+          ) -> tuple[DataFrame, tuple[int, ...], DataFrame | None]:
+    """The visits ``previous`` left open (``CARRIED_VISIT``, and ``partial``: whether to
+    sessionize them again), the snapshots that hold their events, and for the ``DELTAS``
+    layout the visits superseded in them (``current``).
+
+    In the ``DELTAS`` layout an open visit's row is in its generation's snapshot, with the
+    rows of visits superseded since and of visits closed since (left out here): what is
+    read of each is its key, end and events. A snapshot written before open visits kept
+    their generation held the events of its open visits itself; one written before they
+    were kept whole (NULL measures) kept them partial."""
+    if previous is None:
+        return (state.read(None, OPEN).select(*CARRIED_VISIT, F.lit(False).alias("partial")),
+                (), None)
+    generations = (previous.batch,) if previous.refers_to is None else previous.refers_to
+    if previous.form >= DELTAS:
+        rows = state.read_parts(generations, (OPEN,)).where(
+            _open_at(previous.watermark, gap // timedelta(microseconds=1)))
+        superseded = state.read_parts(generations, (SUPERSEDED,)).select(
+            F.col("session_id").alias("superseded_session"),
+            F.col("visit_start").alias("superseded_start"),
+            F.col(SNAPSHOT).alias("superseded_in"))
+        return (rows.select(*sessions.VISIT, F.col(SNAPSHOT).alias("generation"), "visit_end",
+                            "events", F.lit(False).alias("partial")),
+                generations, superseded)
+    partial = F.lit(False) if previous.form >= WHOLE_IN_GENERATION \
+        else F.col("pageviews").isNull()
+    visits = state.read(previous, OPEN).select(
+        *sessions.VISIT,
+        F.coalesce("generation", constants.long_constant(previous.batch)).alias("generation"),
+        "visit_end", "events", partial.alias("partial"))
+    return visits, generations, None
+
+
+def current(visits: DataFrame, superseded: DataFrame | None) -> DataFrame:
+    """The held ``visits`` (each with the ``generation`` whose snapshot holds its row) whose
+    rows no later snapshot ``superseded``: in the ``DELTAS`` layout the row of an open
+    visit sessionized again, or copied, stays in the snapshot that wrote it, and the later
+    one lists the session, or the visit, as superseded."""
+    if superseded is None:
+        return visits
+    return visits.join(superseded, (F.col("session_id") == F.col("superseded_session"))
+                       & (F.col("superseded_in") > F.col("generation"))
+                       & (F.col("superseded_start").isNull()
+                          | (F.col("superseded_start") == F.col("visit_start"))),
+                       "left_anti")
+
+
+def _rows_of(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
+    """The open visits' rows the snapshots of ``batches`` wrote whole, each with its
+    snapshot as its ``generation``."""
+    return state.read_parts(batches, (OPEN,)).drop("generation") \
+        .withColumnRenamed(SNAPSHOT, "generation")
+
+
+def _whole(state: StateSnapshots, visits: DataFrame, batches: tuple[int, ...]) -> DataFrame:
+    """The held ``visits`` as the snapshots of their generations (``batches``) keep them,
+    whole, each with its ``generation``.
+
+    An open visit is whole in the snapshot that sessionized it (or copied it), whatever
+    the layout: earlier layouts kept it whole in the later snapshots too, as they keep it
+    in that one."""
+    return _rows_of(state, batches).join(visits.select(*HELD_VISIT), list(HELD_VISIT),
+                                         "left_semi")
+
+
+def _carried(visits: DataFrame) -> DataFrame:
+    """Held ``visits`` as a snapshot that carries them keeps them: ``CARRIED_VISIT``, and
+    NULL for the other columns of an open visit."""
+    return visits.select(*(
+        F.col(field.name) if field.name in CARRIED_VISIT
+        else F.lit(None).cast(field.dataType).alias(field.name)
+        for field in OPEN_VISITS.fields))
+
+
+def events_in(state: StateSnapshots, batches: tuple[int, ...], columns: tuple[str, ...]
+                 ) -> DataFrame:
+    """The events the snapshots of ``batches`` hold, each with the start of the visit it was
+    counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
+    (not late) and those they copied, including the events of visits closed or sessionized
+    again since (join them to the visits)."""
+    events = state.read_parts(batches, (EVENTS, CARRIED)).where(~F.col("late"))
+    return events.select(*columns, "visit_start",
+                         F.col("visit_start").alias("counted_in"), "late",
+                         F.col(SNAPSHOT).alias("generation"))
+
+
+def snapshots_of(visits: DataFrame) -> tuple[int, ...]:
+    """The snapshots that hold the events of held ``visits``, oldest first."""
+    rows = visits.select("generation").distinct().collect()
+    return tuple(sorted(row["generation"] for row in rows))
+
+
+def _open_at(closing_at: int | None, gap_micros: int) -> Column:
+    """Whether a visit is still open when the watermark is ``closing_at``."""
+    if closing_at is None:
+        return F.lit(True)
+    return constants.micros("visit_end") >= constants.micros_constant(closing_at - gap_micros)
+
+
+def _settling(watermark: int | None, closing_at: int | None) -> Column:
+    """Whether a visit's last event falls between the micro-batch's ``watermark`` and the
+    next (``closing_at``): the watermark passed it, and with it every time a unit of the
+    visit counts at (its start, its first exposures), in this micro-batch."""
+    if closing_at is None:
+        return F.lit(False)
+    visit_end = constants.micros("visit_end")
+    before_next = visit_end < constants.micros_constant(closing_at)
+    if watermark is None:
+        return before_next
+    return before_next & (visit_end >= constants.micros_constant(watermark))
+
+
+def open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
+                       ) -> tuple[Column, Column]:
+    """Whether a visit is still open after the micro-batch, and whether it settles in it."""
+    return (_open_at(closing_at, gap // timedelta(microseconds=1)),
+            _settling(watermark, closing_at))
+
+
+def _closing_or_settling(state: StateSnapshots, held: DataFrame, held_in: tuple[int, ...],
+                         on_disk: Callable[[DataFrame], DataFrame], visits: DataFrame
+                         ) -> DataFrame:
+    """The untouched ``held`` visits that close or settle, whole, from the snapshots they
+    are ``held_in`` (their generations), read once onto local disk; none (``visits``'
+    columns) where no generation holds one."""
+    if not held_in:
+        return visits.limit(0)
+    return on_disk(_whole(state, held, tuple(sorted(set(held_in)))).drop("generation"))
+
+
+def events_of(events: DataFrame, visits: DataFrame) -> DataFrame:
+    """The held ``events`` of the held ``visits``."""
+    return events.join(visits.select(*HELD_VISIT), list(HELD_VISIT), "left_semi") \
+        .drop("generation")
+
+
+def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
+                carried: DataFrame, still_open: Column, *, settling: Column,
+                held_in: tuple[int, ...], limit: int, columns: tuple[str, ...]
+                ) -> dict[str, Any]:
+    """Write the visits still open: those ``sessionized`` in ``batch_id`` whole, the
+    ``carried`` ones (held, untouched) as ``_carried`` keeps them. Return how many of them
+    all close (``closing``), the generations the carried ones that close (``closing_in``)
+    and those ``settling`` (``settling_in``) were held in, how many events the visits left
+    open hold (``rows``), when the earliest of them started (``earliest``, epoch
+    microseconds) and the snapshots their events are in (``generations``), observed while
+    they are written.
+
+    The open visits' events are ``held_in`` earlier snapshots (oldest first) and in
+    ``batch_id``'s. Past ``limit`` snapshots, the events of the open visits held in the
+    oldest are first copied into ``batch_id``'s, and they are kept whole in it, each visit
+    then referring to it: a micro-batch copies what one snapshot holds at most, and the
+    open visits are written once."""
+    moved = held_in[:max(0, len(held_in) + 1 - limit)]
+    generation = F.col("generation")
+    # Where each carried visit was held before this snapshot (NULL: sessionized in it).
+    held = F.col("held_in")
+    sessionized = sessionized.withColumn("held_in", F.lit(None).cast("long"))
+    if moved:
+        moving = carried.where(still_open & generation.isin(*moved))
+        state.write(batch_id, CARRIED, events_of(events_in(state, moved, columns), moving))
+        sessionized = sessionized.unionByName(
+            _whole(state, moving, moved).withColumn("held_in", generation)
+            .withColumn("generation", constants.long_constant(batch_id)))
+        carried = carried.where(~(still_open & generation.isin(*moved)))
+
+    def held_where(condition: Column) -> Column:
+        return F.array_sort(F.collect_set(F.when(condition, held)))
+
+    kept = Observation()
+    state.write(batch_id, OPEN, sessionized.unionByName(
+        _carried(carried).withColumn("held_in", generation)).observe(
+        kept,
+        F.count_if(~still_open).alias("closing"),
+        held_where(~still_open).alias("closing_in"),
+        held_where(settling).alias("settling_in"),
+        F.sum(F.when(still_open, F.col("events"))).alias("rows"),
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+        F.array_sort(F.collect_set(F.when(still_open, generation))).alias("generations"),
+    ).where(still_open))
+    return dict(kept.get)
+
+
+def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, *, touched: DataFrame,
+         superseded: DataFrame | None, on_disk: Callable[[DataFrame], DataFrame]
+         ) -> DataFrame:
+    """In the ``DELTAS`` layout, the untouched open visits that are ``due`` (closing or
+    settling), whole, from the snapshots they are ``held_in``, read once onto local disk:
+    what is read is the rows of ``due`` ends alone (a snapshot's rows are of the visits
+    it sessionized, whose ends are near its time)."""
+    rows = _rows_of(state, held_in).where(due).join(touched, "session_id", "left_anti")
+    return on_disk(current(rows, superseded))
+
+
+def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
+                       untouched: DataFrame, still_open: Column, *, touched: DataFrame,
+                       touched_visits: DataFrame, superseded: DataFrame | None,
+                       due: DataFrame, held_in: tuple[int, ...], held_rows: int, limit: int,
+                       columns: tuple[str, ...], on_disk: Callable[[DataFrame], DataFrame]
+                       ) -> dict[str, Any]:
+    """In the ``DELTAS`` layout, write the open visits ``batch_id`` sessionized whole, and
+    those it copies, and list the rows they supersede; the ``untouched`` ones (held, their
+    rows unresolved) stay where they are. Return what ``_leave_open`` returns but the
+    generations of the visits that close or settle.
+
+    Past ``limit`` snapshots, the open visits of the oldest are copied into ``batch_id``'s
+    (events and rows), as ``_leave_open`` does. The events held (``rows``) are those held
+    before (``held_rows``) less those of the ``touched_visits`` and of the ``due`` visits
+    that close, plus those of the visits sessionized that stay open; the earliest start
+    and the generations are those of the untouched rows still open, superseded or not (a
+    superseded row's visit is in a later row that starts no later, and stays open as long),
+    with the written ones."""
+    moved = held_in[:max(0, len(held_in) + 1 - limit)]
+    generation = F.col("generation")
+    written = sessionized.withColumn("copied", F.lit(False))
+    replaced = touched_visits.select(
+        "session_id", F.lit(None).cast("timestamp").alias("visit_start")).distinct()
+    if moved:
+        moving = on_disk(current(
+            _rows_of(state, moved).where(still_open).join(touched, "session_id", "left_anti"),
+            superseded))
+        state.write(batch_id, CARRIED, events_of(events_in(state, moved, columns), moving))
+        written = written.unionByName(moving.withColumn(
+            "generation", constants.long_constant(batch_id)).withColumn("copied", F.lit(True)))
+        replaced = replaced.unionByName(moving.select(*sessions.VISIT))
+        untouched = untouched.where(~generation.isin(*moved))
+    kept = Observation()
+    state.write(batch_id, OPEN, written.observe(
+        kept,
+        F.count_if(~still_open).alias("closing"),
+        F.count_if(still_open).alias("left"),
+        F.sum(F.when(still_open & ~F.col("copied"), F.col("events"))).alias("rows"),
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+    ).where(still_open))
+    state.write(batch_id, SUPERSEDED, replaced)
+    rest = untouched.where(still_open).agg(
+        F.unix_micros(F.min("visit_start")).alias("earliest"),
+        F.array_sort(F.collect_set("generation")).alias("generations")).first()
+    gone = due.where(~still_open).agg(F.count(F.lit(1)).alias("visits"),
+                                      F.sum("events").alias("events")).first()
+    rows_touched = touched_visits.agg(F.sum("events")).first()[0] or 0
+    written_facts = kept.get
+    earliest = [t for t in (written_facts["earliest"], rest["earliest"]) if t is not None]
+    return {
+        "closing": written_facts["closing"] + gone["visits"],
+        "rows": held_rows - rows_touched - (gone["events"] or 0) + (written_facts["rows"] or 0),
+        "earliest": min(earliest, default=None),
+        "generations": sorted({*rest["generations"],
+                               *((batch_id,) if written_facts["left"] else ())}),
+    }
+
+
+class OpenVisits:
+    """The open visits of a sessionize component in its ``state``: what each micro-batch
+    reads of them and writes, its steps ``timed``."""
+
+    def __init__(self, state: StateSnapshots, columns: tuple[str, ...], gap: timedelta,
+                 limit: int, timed: Callable[[str, Any], Any]) -> None:
+        self.state, self.columns, self.gap, self.limit = state, columns, gap, limit
+        self._leave_open = timed("open snapshot", _leave_open)
+        self._leave_open_deltas = timed("open snapshot", _leave_open_deltas)
+        self._closing_or_settling = timed("untouched closing", _closing_or_settling)
+        self._due = timed("untouched closing", _due)
+
+    def held(self, previous: Snapshot | None) -> Held:
+        """What ``previous`` left open."""
+        visits, generations, superseded = _held(self.state, previous, self.gap)
+        return Held(visits, generations, superseded,
+                    (previous.held_rows or 0) if previous else 0,
+                    previous is None or previous.form >= DELTAS)
+
+    def leave_open(self, batch_id: int, held: Held, visits: DataFrame, touched: DataFrame,
+                   touched_visits: DataFrame, *, watermark: int | None,
+                   closing_at: int | None, on_disk: Callable[[DataFrame], DataFrame]
+                   ) -> tuple[dict[str, Any], DataFrame]:
+        """Write the open visits after ``batch_id``, which sessionized ``visits`` (the
+        ``touched`` sessions, whose held visits were ``touched_visits``), as its snapshot's
+        parts; return ``_leave_open``'s figures and the untouched visits that close or
+        settle (watermark ``watermark``, the next ``closing_at``), whole, on local disk."""
+        still_open, settling = open_and_settling(watermark, closing_at, self.gap)
+        sessionized = visits.withColumn(
+            "generation", constants.long_constant(batch_id)).select(*OPEN_VISITS.fieldNames())
+        untouched = held.visits.join(touched, "session_id", "left_anti")
+        if held.deltas:
+            due = _open_at(watermark, self.gap // timedelta(microseconds=1)) & ~still_open \
+                | settling
+            due_visits = self._due(self.state, held.generations, due, touched=touched,
+                                   superseded=held.superseded, on_disk=on_disk)
+            kept = self._leave_open_deltas(
+                self.state, batch_id, sessionized, untouched, still_open, touched=touched,
+                touched_visits=touched_visits, superseded=held.superseded, due=due_visits,
+                held_in=held.generations, held_rows=held.rows, limit=self.limit,
+                columns=self.columns, on_disk=on_disk)
+            return kept, due_visits.drop("generation")
+        kept = self._leave_open(self.state, batch_id, sessionized, untouched, still_open,
+                                settling=settling, held_in=held.generations, limit=1,
+                                columns=self.columns)
+        self.state.write(batch_id, SUPERSEDED, self.state.read(None, SUPERSEDED))
+        return kept, self._closing_or_settling(
+            self.state, untouched.where(~still_open | settling),
+            (*kept["closing_in"], *kept["settling_in"]), on_disk, visits)
