@@ -15,8 +15,8 @@ The visits open after a micro-batch are the rows of the snapshots it refers to (
 generations) whose end + gap its watermark has not passed, less those a later one of these
 snapshots superseded (``current``). An untouched visit is neither read whole nor written
 again: a micro-batch reads the key, end and events of every row (to find the touched ones),
-whole only the rows whose ends make them close or settle in it, and the events of the
-touched ones; it writes the visits it sessionized. Once the open visits would refer to more
+the rows whose ends make them close or settle in it (filtering the rows of its snapshots by
+their end), and the events of the touched ones; it writes the visits it sessionized. Once the open visits would refer to more
 than ``sessionize.state_generations`` snapshots, the micro-batch copies those of the oldest
 into its own (rows and events), so it copies what one snapshot holds at most.
 
@@ -259,9 +259,8 @@ def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, *, touche
          superseded: DataFrame | None, on_disk: Callable[[DataFrame], DataFrame]
          ) -> DataFrame:
     """In the ``DELTAS`` layout, the untouched open visits that are ``due`` (closing or
-    settling), whole, from the snapshots they are ``held_in``, read once onto local disk:
-    what is read is the rows of ``due`` ends alone (a snapshot's rows are of the visits
-    it sessionized, whose ends are near its time)."""
+    settling, by their end), whole, from the rows of the snapshots they are ``held_in``,
+    read once onto local disk."""
     rows = _rows_of(state, held_in).where(due).join(touched, "session_id", "left_anti")
     return on_disk(current(rows, superseded))
 
