@@ -14,11 +14,12 @@ Each micro-batch writes a snapshot (``DELTAS``, the layout this version writes) 
 The visits open after a micro-batch are the rows of the snapshots it refers to (their
 generations) whose end + gap its watermark has not passed, less those a later one of these
 snapshots superseded (``current``). An untouched visit is neither read whole nor written
-again: a micro-batch reads the key, end and events of every row (to find the touched ones),
-the rows whose ends make them close or settle in it (filtering the rows of its snapshots by
-their end), and the events of the touched ones; it writes the visits it sessionized. Once the open visits would refer to more
-than ``sessionize.state_generations`` snapshots, the micro-batch copies those of the oldest
-into its own (rows and events), so it copies what one snapshot holds at most.
+again: a micro-batch reads the key, end and events of every row (to find the touched ones,
+and the snapshots that hold visits closing or settling in it), the rows of those snapshots
+(filtered by their end), and the events of the touched ones; it writes the visits it
+sessionized. Once the open visits would refer to more than
+``sessionize.state_generations`` snapshots, the micro-batch copies those of the oldest into
+its own (rows and events), so it copies what one snapshot holds at most.
 
 A snapshot of an earlier layout (each listing every open visit: whole where it holds its
 events and by key where another does, or whole in each) is carried on by the next
@@ -265,15 +266,29 @@ def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, *, touche
     return on_disk(current(rows, superseded))
 
 
+def _untouched_facts(untouched: DataFrame, still_open: Column, due: Column
+                     ) -> dict[str, Any]:
+    """Of the ``untouched`` held rows (superseded or not), in one scan of their keys and
+    ends: the earliest start (``earliest``, epoch microseconds) and the generations
+    (``generations``) of those still open, and the generations of those ``due``
+    (``due_in``)."""
+    return untouched.agg(
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+        F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
+        .alias("generations"),
+        F.array_sort(F.collect_set(F.when(due, F.col("generation")))).alias("due_in"),
+    ).first().asDict()
+
+
 def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
-                       untouched: DataFrame, still_open: Column, *, touched: DataFrame,
+                       rest: dict[str, Any], still_open: Column, *, touched: DataFrame,
                        touched_visits: DataFrame, superseded: DataFrame | None,
                        due: DataFrame, held_in: tuple[int, ...], held_rows: int, limit: int,
                        columns: tuple[str, ...], on_disk: Callable[[DataFrame], DataFrame]
                        ) -> dict[str, Any]:
     """In the ``DELTAS`` layout, write the open visits ``batch_id`` sessionized whole, and
-    those it copies, and list the rows they supersede; the ``untouched`` ones (held, their
-    rows unresolved) stay where they are. Return what ``_leave_open`` returns but the
+    those it copies, and list the rows they supersede; the untouched ones stay where they
+    are (``rest``: their ``_untouched_facts``). Return what ``_leave_open`` returns but the
     generations of the visits that close or settle.
 
     Past ``limit`` snapshots, the open visits of the oldest are copied into ``batch_id``'s
@@ -284,7 +299,6 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
     superseded row's visit is in a later row that starts no later, and stays open as long),
     with the written ones."""
     moved = held_in[:max(0, len(held_in) + 1 - limit)]
-    generation = F.col("generation")
     written = sessionized.withColumn("copied", F.lit(False))
     replaced = touched_visits.select(
         "session_id", F.lit(None).cast("timestamp").alias("visit_start")).distinct()
@@ -296,7 +310,6 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
         written = written.unionByName(moving.withColumn(
             "generation", constants.long_constant(batch_id)).withColumn("copied", F.lit(True)))
         replaced = replaced.unionByName(moving.select(*sessions.VISIT))
-        untouched = untouched.where(~generation.isin(*moved))
     kept = Observation()
     state.write(batch_id, OPEN, written.observe(
         kept,
@@ -306,9 +319,6 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
     ).where(still_open))
     state.write(batch_id, SUPERSEDED, replaced)
-    rest = untouched.where(still_open).agg(
-        F.unix_micros(F.min("visit_start")).alias("earliest"),
-        F.array_sort(F.collect_set("generation")).alias("generations")).first()
     gone = due.where(~still_open).agg(F.count(F.lit(1)).alias("visits"),
                                       F.sum("events").alias("events")).first()
     rows_touched = touched_visits.agg(F.sum("events")).first()[0] or 0
@@ -318,8 +328,8 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
         "closing": written_facts["closing"] + gone["visits"],
         "rows": held_rows - rows_touched - (gone["events"] or 0) + (written_facts["rows"] or 0),
         "earliest": min(earliest, default=None),
-        "generations": sorted({*rest["generations"],
-                               *((batch_id,) if written_facts["left"] else ())}),
+        "generations": sorted({*rest["generations"], *((batch_id,) if written_facts["left"]
+                                                       else ())} - set(moved)),
     }
 
 
@@ -357,10 +367,11 @@ class OpenVisits:
         if held.deltas:
             due = _open_at(watermark, self.gap // timedelta(microseconds=1)) & ~still_open \
                 | settling
-            due_visits = self._due(self.state, held.generations, due, touched=touched,
+            rest = _untouched_facts(untouched, still_open, due)
+            due_visits = self._due(self.state, tuple(rest["due_in"]), due, touched=touched,
                                    superseded=held.superseded, on_disk=on_disk)
             kept = self._leave_open_deltas(
-                self.state, batch_id, sessionized, untouched, still_open, touched=touched,
+                self.state, batch_id, sessionized, rest, still_open, touched=touched,
                 touched_visits=touched_visits, superseded=held.superseded, due=due_visits,
                 held_in=held.generations, held_rows=held.rows, limit=self.limit,
                 columns=self.columns, on_disk=on_disk)
