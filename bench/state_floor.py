@@ -9,9 +9,9 @@ written once, in the state's own Parquet layout (sessionize's event schema; each
 events spread over the generations as a live stream spreads them), then each design's
 state work for one micro-batch is timed, ``--repeat`` times:
 
-- ``events`` (sessionize today): the touched visits' events read back from every
-  generation (in a live stream every generation holds one of them), and a narrow row per
-  open visit read to find them and written again;
+- ``events`` (sessionize before its open visits were deltas): the touched visits' events
+  read back from every generation (in a live stream every generation holds one of them),
+  and a narrow row per open visit read to find them and written again;
 - ``index``: no event read back (a visit's figures merged instead): the narrow row per open
   visit (a 64-bit hash of its session, its start and end, its generation) read to find the
   touched ones and written again;
