@@ -148,7 +148,7 @@ def _carried(visits: DataFrame) -> DataFrame:
 
 
 def events_in(state: StateSnapshots, batches: tuple[int, ...], columns: tuple[str, ...]
-                 ) -> DataFrame:
+              ) -> DataFrame:
     """The events the snapshots of ``batches`` hold, each with the start of the visit it was
     counted in (``counted_in``) and its snapshot (``generation``): those they sessionized
     (not late) and those they copied, including the events of visits closed or sessionized
@@ -186,7 +186,7 @@ def _settling(watermark: int | None, closing_at: int | None) -> Column:
 
 
 def open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
-                       ) -> tuple[Column, Column]:
+                      ) -> tuple[Column, Column]:
     """Whether a visit is still open after the micro-batch, and whether it settles in it."""
     return (_open_at(closing_at, gap // timedelta(microseconds=1)),
             _settling(watermark, closing_at))
@@ -353,14 +353,14 @@ class OpenVisits:
                     previous is None or previous.form >= DELTAS)
 
     def leave_open(self, batch_id: int, held: Held, visits: DataFrame, touched: DataFrame,
-                   touched_visits: DataFrame, *, watermark: int | None,
-                   closing_at: int | None, on_disk: Callable[[DataFrame], DataFrame]
+                   touched_visits: DataFrame, *, watermark: int | None, still_open: Column,
+                   settling: Column, on_disk: Callable[[DataFrame], DataFrame]
                    ) -> tuple[dict[str, Any], DataFrame]:
         """Write the open visits after ``batch_id``, which sessionized ``visits`` (the
         ``touched`` sessions, whose held visits were ``touched_visits``), as its snapshot's
         parts; return ``_leave_open``'s figures and the untouched visits that close or
-        settle (watermark ``watermark``, the next ``closing_at``), whole, on local disk."""
-        still_open, settling = open_and_settling(watermark, closing_at, self.gap)
+        settle (watermark ``watermark``; ``open_and_settling``'s ``still_open`` and
+        ``settling``), whole, on local disk."""
         sessionized = visits.withColumn(
             "generation", constants.long_constant(batch_id)).select(*OPEN_VISITS.fieldNames())
         untouched = held.visits.join(touched, "session_id", "left_anti")

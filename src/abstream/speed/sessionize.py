@@ -290,10 +290,10 @@ def build(ctx: Context) -> DataStreamWriter:
                 closing_at = held_source_watermark(
                     watermark, seen_until, read_until, lateness, end.earliest_unread,
                     inside=end.inside)
+                still_open, settling = open_and_settling(watermark, closing_at, gap)
                 kept, untouched = open_visits.leave_open(
                     batch_id, held, visits, touched, touched_visits, watermark=watermark,
-                    closing_at=closing_at, on_disk=disk.put)
-                still_open, settling = open_and_settling(watermark, closing_at, gap)
+                    still_open=still_open, settling=settling, on_disk=disk.put)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
