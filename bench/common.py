@@ -115,7 +115,17 @@ def link_landing(source: Path, landing: Path) -> None:
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    """The bytes of the files under ``folder``, as they are while a running job writes it:
+    a file or folder that goes away while it is walked (a writer's ``_temporary``) counts
+    for nothing."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
 
 
 def records_in(landing: Path) -> int:

@@ -265,8 +265,7 @@ def build(ctx: Context) -> DataStreamWriter:
         new, touched = _touched(new, held, previous)
         # Read three times (its snapshots, their events, its rows): cached, it scans the
         # open visits' rows once.
-        touched_visits = held.current(held.visits.join(touched, "session_id", "left_semi")) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        touched_visits = held.of_sessions(touched).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # Only the snapshots that hold the touched visits are read: no open visit, none.
             touched_in = touched_in_snapshots(touched_visits) if held.generations else ()
