@@ -68,14 +68,15 @@ class Held:
     deltas: bool
 
     def of_sessions(self, sessions: DataFrame) -> DataFrame:
-        """The held visits of ``sessions`` (``session_id``, few: broadcast) less those
-        superseded: only the rows superseded in these sessions are read into the join,
-        broadcast, instead of every superseded row shuffled."""
+        """The held visits of ``sessions`` (``session_id``, few: hinted broadcast, a hint
+        its renaming keeps) less those superseded: only the rows superseded in these
+        sessions are read into the join, broadcast, instead of every superseded row
+        shuffled."""
         visits = self.visits.join(sessions, "session_id", "left_semi")
         if self.superseded is None:
             return visits
         superseded = self.superseded.join(
-            F.broadcast(sessions.withColumnRenamed("session_id", "superseded_session")),
+            sessions.withColumnRenamed("session_id", "superseded_session"),
             "superseded_session", "left_semi")
         return current(visits, F.broadcast(superseded))
 
