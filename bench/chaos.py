@@ -4,16 +4,16 @@ in, restarted each time, and compared with a crash-free run over the same record
 A generator lands beacons at a fixed rate (``abstream generate --rate``: a file a second,
 or records produced to a Kafka topic). ``abstream run`` (all components of the source, in a
 process group of its own: the Python driver and its JVM) is killed with SIGKILL of the whole
-group at seeded random moments and started again, ``--kills`` times; then ``abstream run
---once`` drains what is left. Some kills fall in a run's start-up (``--startup-kills``): the
-first ones the moment a table's creation is under way (its log folder there, no commit yet),
-one table after the other, the others at a random moment before the last component's first
-micro-batch of a restart. ``abstream batch --since-last`` is killed the same way in the
-middle of a chunk and run again, then ``abstream batch --all`` runs (unless
-``ChaosSettings.batch_all`` is off, as in the suite's short variant). The crash-free side
-reads the very same records (the same landing files, hard-linked; for Kafka the same
-generated records produced to topics of its own) with ``run_once`` and ``run_batch`` in this
-process, uninterrupted.
+group at seeded random moments and started again, ``--kills`` times; then ``run --once``
+drains what is left, in this process (the command's own steps). Some kills fall in a run's
+start-up (``--startup-kills``): the first ones the moment a table's creation is under way
+(its log folder there, no commit yet), one table after the other, the others at a random
+moment before the last component's first micro-batch of a restart. ``abstream batch
+--since-last`` is killed the same way in the middle of a chunk and run again (in this
+process, as the drain), then ``batch --all`` runs (unless ``ChaosSettings.batch_all`` is
+off, as in the suite's short variant). The crash-free side reads the very same records (the
+same landing files, hard-linked; for Kafka the same generated records produced to topics of
+its own) with ``run_once`` and ``run_batch`` in this process, uninterrupted.
 
 What is compared, and why (each a multiset of rows: a row the crash-free side holds more
 often is lost, one the chaos side holds more often is a duplicate):
@@ -108,8 +108,10 @@ from tests.servers import free_port
 from abstream import schemas, topology
 from abstream.batch.coverage import latest_coverage
 from abstream.batch.layer import BatchRequest, run_batch
+from abstream.commands import batch_and_store, run_once_and_store
 from abstream.config import Config, load_config
 from abstream.generator.write import GeneratorSettings, generate, generate_to_kafka
+from abstream.io.deployment import Deployment
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
 from abstream.io.postgres import KeptConnection, Store, StoreError
@@ -624,8 +626,9 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         outage.join()
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {chaos.logs}")
-        log.info("draining with abstream run --once")
-        chaos.run("drain", "run", "--once", "--no-exporter")
+        log.info("draining: run --once in this process")
+        with pipeline(chaos.config) as drain:
+            run_once_and_store(drain, pipeline_components(drain.config), threading.Event())
         stream_seconds = round(time.monotonic() - began, 1)
 
         lines = feed_crash_free(chaos, crash_free, settings, broker)
@@ -639,13 +642,16 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
             compare_store(comparison, "speed", spark, chaos, store)
 
             batch_killed = kill_batch_mid_chunk(chaos, rng)
-            chaos.run("batch-again", "batch", "--since-last")
+            log.info("batch --since-last again, in this process")
+            batch_and_store(Deployment.open(chaos.config), BatchRequest("since_last"),
+                            threading.Event())
             run_batch(ctx, BatchRequest("since_last"))
             compare_batch(comparison, "batch --since-last", spark, crash_free.layout,
                           chaos.layout)
             if settings.batch_all:
                 log.info("batch --all on both sides")
-                chaos.run("batch-all", "batch", "--all")
+                batch_and_store(Deployment.open(chaos.config), BatchRequest("all"),
+                                threading.Event())
                 run_batch(ctx, BatchRequest("all"))
                 compare_batch(comparison, "batch --all", spark, crash_free.layout,
                               chaos.layout)

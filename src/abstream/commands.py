@@ -16,6 +16,8 @@ from abstream.config import Config, catalog_problems
 from abstream.errors import AbstreamError, ConfigError, UsageError
 
 if TYPE_CHECKING:
+    from abstream.batch import BatchRequest, BatchResult
+    from abstream.io.deployment import Deployment
     from abstream.monitor.exporter import Exporter
     from abstream.speed.component import Component, Context
 
@@ -54,7 +56,6 @@ def _log_written(records: int) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from abstream.monitor.exporter import Exporter
     from abstream.speed import pipeline, select
-    from abstream.speed.runner import run_once
 
     components = select(args.components, config)
     if config.replica is not None and config.serving.store != "postgres":
@@ -70,11 +71,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     try:
         with pipeline(config, [exporter.queries.observe]) as ctx:
             if args.once:
-                run_once(ctx, components, stop)
-                if config.serving.store == "postgres":
-                    from abstream.serving.store_sync import write_store
-
-                    write_store(ctx.spark, ctx.layout, config, "speed", stop=stop)
+                run_once_and_store(ctx, components, stop)
             else:
                 exporter.expect_queries(ctx.spark, [c.name for c in components])
                 _run_continuously(ctx, components, stop, exporter)
@@ -84,6 +81,19 @@ def run(args: argparse.Namespace, config: Config) -> int:
     for line in ctx.stats.lines():
         log.info("%s", line)
     return 0
+
+
+def run_once_and_store(ctx: Context, components: list[Component], stop: threading.Event
+                       ) -> None:
+    """``run --once``: all available input through ``components``, then, with a PostgreSQL
+    serving store, one write of it."""
+    from abstream.speed.runner import run_once
+
+    run_once(ctx, components, stop)
+    if ctx.config.serving.store == "postgres":
+        from abstream.serving.store_sync import write_store
+
+        write_store(ctx.spark, ctx.layout, ctx.config, "speed", stop=stop)
 
 
 def _run_continuously(ctx: Context, components: list[Component], stop: threading.Event,
@@ -144,7 +154,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
 
 
 def batch(args: argparse.Namespace, config: Config) -> int:
-    from abstream.batch import BatchRequest, run_batch
+    from abstream.batch import BatchRequest
     from abstream.io.deployment import Deployment
 
     if (args.start is None) != (args.end is None):
@@ -153,16 +163,25 @@ def batch(args: argparse.Namespace, config: Config) -> int:
         raise UsageError("--from must come before --to")
     request = BatchRequest("range", args.start, args.end) if args.start else \
         BatchRequest("since_last" if args.since_last else "all")
-    deployment = Deployment.open(config)
-    stop = stop_on_signals("finishing the current chunk")
-    result = run_batch(deployment, request, stop)
+    result = batch_and_store(Deployment.open(config), request,
+                             stop_on_signals("finishing the current chunk"))
     print(result.text())
-    if config.serving.store == "postgres":
+    return 0
+
+
+def batch_and_store(deployment: Deployment, request: BatchRequest, stop: threading.Event
+                    ) -> BatchResult:
+    """``batch``: the ranges ``request`` asks for recomputed, then, with a PostgreSQL
+    serving store, one write of it covering them."""
+    from abstream.batch import run_batch
+
+    result = run_batch(deployment, request, stop)
+    if deployment.config.serving.store == "postgres":
         from abstream.serving.store_sync import write_store
 
-        write_store(deployment.spark, deployment.layout, config, "batch", stop=stop,
-                    covers={"batch_ranges": [str(r) for r in result.ranges]})
-    return 0
+        write_store(deployment.spark, deployment.layout, deployment.config, "batch",
+                    stop=stop, covers={"batch_ranges": [str(r) for r in result.ranges]})
+    return result
 
 
 def _check_dimension(name: str | None, config: Config) -> None:

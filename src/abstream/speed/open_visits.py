@@ -168,10 +168,20 @@ def events_in(state: StateSnapshots, batches: tuple[int, ...], columns: tuple[st
                          F.col(SNAPSHOT).alias("generation"))
 
 
-def snapshots_of(visits: DataFrame) -> tuple[int, ...]:
-    """The snapshots that hold the events of held ``visits``, oldest first."""
-    rows = visits.select("generation").distinct().collect()
-    return tuple(sorted(row["generation"] for row in rows))
+@dataclass(frozen=True)
+class HeldIn:
+    """Where held visits are: the ``snapshots`` that hold their events, oldest first, and
+    how many ``events`` they hold."""
+
+    snapshots: tuple[int, ...] = ()
+    events: int = 0
+
+
+def snapshots_of(visits: DataFrame) -> HeldIn:
+    """Where the held ``visits`` are, in one scan of them."""
+    rows = visits.groupBy("generation").agg(F.sum("events").alias("events")).collect()
+    return HeldIn(tuple(sorted(row["generation"] for row in rows)),
+                  sum(row["events"] or 0 for row in rows))
 
 
 def _open_at(closing_at: int | None, gap_micros: int) -> Column:
@@ -265,14 +275,18 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
     return dict(kept.get)
 
 
-def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, *, touched: DataFrame,
-         superseded: DataFrame | None, on_disk: Callable[[DataFrame], DataFrame]
-         ) -> DataFrame:
+def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, still_open: Column, *,
+         touched: DataFrame, superseded: DataFrame | None,
+         on_disk: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, Observation]:
     """In the ``DELTAS`` layout, the untouched open visits that are ``due`` (closing or
     settling, by their end), whole, from the rows of the snapshots they are ``held_in``,
-    read once onto local disk."""
+    read once onto local disk; observed meanwhile: how many of them close (``visits``)
+    and the events these hold (``events``)."""
     rows = _rows_of(state, held_in).where(due).join(touched, "session_id", "left_anti")
-    return on_disk(current(rows, superseded))
+    gone = Observation()
+    return on_disk(current(rows, superseded).observe(
+        gone, F.count_if(~still_open).alias("visits"),
+        F.sum(F.when(~still_open, F.col("events"))).alias("events"))), gone
 
 
 def _untouched_facts(untouched: DataFrame, still_open: Column, due: Column
@@ -291,8 +305,9 @@ def _untouched_facts(untouched: DataFrame, still_open: Column, due: Column
 
 def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
                        rest: dict[str, Any], still_open: Column, *, touched: DataFrame,
-                       touched_visits: DataFrame, superseded: DataFrame | None,
-                       due: DataFrame, held_in: tuple[int, ...], held_rows: int, limit: int,
+                       touched_visits: DataFrame, rows_touched: int,
+                       superseded: DataFrame | None, gone: dict[str, Any],
+                       held_in: tuple[int, ...], held_rows: int, limit: int,
                        columns: tuple[str, ...], on_disk: Callable[[DataFrame], DataFrame]
                        ) -> dict[str, Any]:
     """In the ``DELTAS`` layout, write the open visits ``batch_id`` sessionized whole, and
@@ -302,8 +317,9 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
 
     Past ``limit`` snapshots, the open visits of the oldest are copied into ``batch_id``'s
     (events and rows), as ``_leave_open`` does. The events held (``rows``) are those held
-    before (``held_rows``) less those of the ``touched_visits`` and of the ``due`` visits
-    that close, plus those of the visits sessionized that stay open; the earliest start
+    before (``held_rows``) less those of the ``touched_visits`` (``rows_touched``) and of
+    the untouched ones that close (``gone``: ``_due``'s figures), plus those of the visits
+    sessionized that stay open; the earliest start
     and the generations are those of the untouched rows still open, superseded or not (a
     superseded row's visit is in a later row that starts no later, and stays open as long),
     with the written ones."""
@@ -328,9 +344,6 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
     ).where(still_open))
     state.write(batch_id, SUPERSEDED, replaced)
-    gone = due.where(~still_open).agg(F.count(F.lit(1)).alias("visits"),
-                                      F.sum("events").alias("events")).first()
-    rows_touched = touched_visits.agg(F.sum("events")).first()[0] or 0
     written_facts = kept.get
     earliest = [t for t in (written_facts["earliest"], rest["earliest"]) if t is not None]
     return {
@@ -362,14 +375,15 @@ class OpenVisits:
                     previous is None or previous.form >= DELTAS)
 
     def leave_open(self, batch_id: int, held: Held, visits: DataFrame, touched: DataFrame,
-                   touched_visits: DataFrame, *, watermark: int | None, still_open: Column,
-                   settling: Column, on_disk: Callable[[DataFrame], DataFrame]
+                   touched_visits: DataFrame, *, touched_in: HeldIn, watermark: int | None,
+                   still_open: Column, settling: Column,
+                   on_disk: Callable[[DataFrame], DataFrame]
                    ) -> tuple[dict[str, Any], DataFrame]:
         """Write the open visits after ``batch_id``, which sessionized ``visits`` (the
-        ``touched`` sessions, whose held visits were ``touched_visits``), as its snapshot's
-        parts; return ``_leave_open``'s figures and the untouched visits that close or
-        settle (watermark ``watermark``; ``open_and_settling``'s ``still_open`` and
-        ``settling``), whole, on local disk."""
+        ``touched`` sessions, whose held visits were ``touched_visits``, held as
+        ``touched_in`` says), as its snapshot's parts; return ``_leave_open``'s figures and
+        the untouched visits that close or settle (watermark ``watermark``;
+        ``open_and_settling``'s ``still_open`` and ``settling``), whole, on local disk."""
         sessionized = visits.withColumn(
             "generation", constants.long_constant(batch_id)).select(*OPEN_VISITS.fieldNames())
         untouched = held.visits.join(touched, "session_id", "left_anti")
@@ -377,11 +391,13 @@ class OpenVisits:
             due = _open_at(watermark, self.gap // timedelta(microseconds=1)) & ~still_open \
                 | settling
             rest = _untouched_facts(untouched, still_open, due)
-            due_visits = self._due(self.state, tuple(rest["due_in"]), due, touched=touched,
-                                   superseded=held.superseded, on_disk=on_disk)
+            due_visits, gone = self._due(self.state, tuple(rest["due_in"]), due, still_open,
+                                         touched=touched, superseded=held.superseded,
+                                         on_disk=on_disk)
             kept = self._leave_open_deltas(
                 self.state, batch_id, sessionized, rest, still_open, touched=touched,
-                touched_visits=touched_visits, superseded=held.superseded, due=due_visits,
+                touched_visits=touched_visits, rows_touched=touched_in.events,
+                superseded=held.superseded, gone=gone.get,
                 held_in=held.generations, held_rows=held.rows, limit=self.limit,
                 columns=self.columns, on_disk=on_disk)
             return kept, due_visits.drop("generation")

@@ -78,6 +78,7 @@ from abstream.speed.open_visits import (
     OPEN,
     SUPERSEDED,
     Held,
+    HeldIn,
     OpenVisits,
     events_in,
     events_of,
@@ -268,9 +269,11 @@ def build(ctx: Context) -> DataStreamWriter:
         touched_visits = held.of_sessions(touched).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # Only the snapshots that hold the touched visits are read: no open visit, none.
-            touched_in = touched_in_snapshots(touched_visits) if held.generations else ()
+            touched_in = touched_in_snapshots(touched_visits) if held.generations \
+                else HeldIn()
             held_touched = events_of(
-                events_in(state, touched_in, columns).join(touched, "session_id", "left_semi"),
+                events_in(state, touched_in.snapshots, columns)
+                .join(touched, "session_id", "left_semi"),
                 touched_visits).drop("visit_start")
             # The late events are kept in the snapshot, marked and in no visit, so that the
             # micro-batch reads bronze once: they are counted there and go no further.
@@ -291,8 +294,9 @@ def build(ctx: Context) -> DataStreamWriter:
                     inside=end.inside)
                 still_open, settling = open_and_settling(watermark, closing_at, gap)
                 kept, untouched = open_visits.leave_open(
-                    batch_id, held, visits, touched, touched_visits, watermark=watermark,
-                    still_open=still_open, settling=settling, on_disk=disk.put)
+                    batch_id, held, visits, touched, touched_visits, touched_in=touched_in,
+                    watermark=watermark, still_open=still_open, settling=settling,
+                    on_disk=disk.put)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
