@@ -33,6 +33,11 @@ round (``2-...``), so it can hold a rate for as long as asked: at steady state t
 holds the events of the visits active in the last gap + lateness, about the rate times
 50 minutes (``expected_state_rows``).
 
+Before the first step it measures the machine's pace (``machine_pace``: ``make bench``'s
+naive baseline on its 2,000,000 beacons, cold) and reports each step's rate over it
+(``rate_over_pace``): a rate that passed on one day compares with another day's by that
+ratio, not by events/s.
+
 After a pass the rate goes up by ``--factor``; after the first
 failure the search bisects between the best pass and the lowest failure, for ``--steps``
 steps in all.
@@ -83,6 +88,7 @@ from bench.common import (
     process_tree_rss,
     write_result,
 )
+from bench.throughput import machine_pace
 
 log = logging.getLogger("bench.sustained")
 SCRAPE_SECONDS = 5.0
@@ -516,6 +522,7 @@ def main() -> int:
     args = parser.parse_args()
     args.trigger = {**TRIGGERS, **dict(args.trigger)}
     log_progress()
+    pace = machine_pace(args.seed)
     steps = search(args)
     passed = [s for s in steps if s.passed]
     best = max(passed, key=lambda s: s.rate) if passed else None
@@ -528,8 +535,10 @@ def main() -> int:
         "event_times": "live" if args.live else "replayed",
         "triggers": args.trigger,
         "publish_every": args.publish_every,
-        "steps": [s.summary(args.slope_window) for s in steps],
+        "steps": [{**s.summary(args.slope_window),
+                   "rate_over_pace": round(s.rate / pace["events_per_s"], 3)} for s in steps],
         "machine": machine(),
+        "machine_pace": pace,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     columns = [c.name for c in COMPONENTS] + ["system"]
@@ -543,6 +552,9 @@ def main() -> int:
               + " ".join(f"{step.max_lag_seconds.get(name, 0.0):>19.1f}s" for name in columns)
               + f" {freshness + ' s':>18}"
               + ("" if step.passed else f"  {step.reason}"))
+    print(f"machine pace: the naive baseline at {pace['events_per_s']:,} events/s "
+          f"({pace['records']:,} beacons in {pace['seconds']} s, cold); each rate over it: "
+          + ", ".join(f"{s['rate']:,}: {s['rate_over_pace']}" for s in result["steps"]))
     for summary in result["steps"]:
         print(f"{summary['rate']:>9,} slopes per hour over the last "
               f"{summary['slope_window_seconds']:.0f} s (± standard error): "

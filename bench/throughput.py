@@ -154,6 +154,23 @@ def run_baseline(landing: Path, work: Path) -> dict[str, Any]:
     return {"seconds": seconds, "metric_rows": rows}
 
 
+def machine_pace(seed: int) -> dict[str, Any]:
+    """The naive baseline of ``make bench`` on its 2,000,000 beacons (``seed``), cold, in a
+    JVM of its own: the machine's pace that day. A long benchmark records it beside its own
+    figures, and their ratio to it compares across days, which a 2-core VM's absolute
+    figures do not (its pace has varied several-fold between days, see docs/benchmarks.md)."""
+    landing = dataset(2_000_000, seed)
+    work = RESULTS / "work-pace"
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("the machine's pace: the naive baseline on %s beacons, cold", "2,000,000")
+    result = run_phase("baseline", landing, work, None)
+    shutil.rmtree(work, ignore_errors=True)
+    records = records_in(landing)
+    return {"benchmark": "naive baseline", "records": records,
+            "seconds": round(result["seconds"], 1),
+            "events_per_s": rate(records, result["seconds"])}
+
+
 def run_parse_floor(landing: Path, work: Path) -> dict[str, Any]:
     spark: SparkSession = spark_session(SparkSettings())
     lines = spark.readStream.format("text").load(str(landing))
