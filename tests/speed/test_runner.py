@@ -56,6 +56,38 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
     assert _committed(checkpoint, "offsets") == _committed(checkpoint, "commits")
 
 
+def test_a_run_whose_micro_batches_outlast_its_trigger_stops_after_the_one_in_flight(ctx):
+    """With a trigger shorter than its micro-batches, a query starts the next one the
+    moment one ends: stopping waits for the micro-batch in flight, not for the input to
+    run out."""
+    ctx = reconfigure(ctx, "ingest", trigger=timedelta(milliseconds=100),
+                      max_files_per_trigger=1)
+    files = 10
+    for number in range(files):
+        write_lines(Path(ctx.layout.landing), f"f{number:02d}.jsonl",
+                    [dumps(beacon(f"f{number}-{i}", TS)) for i in range(200)])
+    checkpoint = Path(ctx.layout.checkpoint("ingest"))
+    stop = threading.Event()
+    runner = threading.Thread(target=run_continuously,
+                              args=(ctx, [COMPONENTS["ingest"]], stop))
+    runner.start()
+    try:
+        wait_until(lambda: (checkpoint / "commits").is_dir()
+                   and bool(_committed(checkpoint, "commits")), "the first micro-batch", 180)
+    finally:
+        done_when_asked = len(_committed(checkpoint, "commits"))
+        stop.set()
+        runner.join(timeout=180)
+    assert not runner.is_alive()
+    assert not ctx.spark.streams.active
+    committed = len(_committed(checkpoint, "commits"))
+    # The stop is seen within half a second; one more may have ended by then.
+    assert done_when_asked <= committed <= done_when_asked + 2, \
+        f"{committed} micro-batches committed, {done_when_asked} when asked to stop"
+    assert read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count() == 200 * committed < \
+        200 * files
+
+
 def test_components_are_chosen_by_name_in_pipeline_order():
     files = load_config(environ={})
     assert [c.name for c in select(["sessionize", "ingest"], files)] == ["ingest",

@@ -130,21 +130,21 @@ def _run_side_by_side(ctx: Context, components: Sequence[Component],
             stop.wait(POLL_SECONDS)
         log.info("stopping after the current micro-batches")
     finally:
-        _stop_gracefully(list(queries.values()), [
-            queries[c.name] for c in components
-            if c.name in queries and not c.trigger(ctx.config)])
+        _stop_gracefully(list(queries.values()))
 
 
-def _stop_gracefully(queries: Sequence[StreamingQuery],
-                     back_to_back: Sequence[StreamingQuery] = ()) -> None:
-    """Stop each query once the batch it is in has ended: when its trigger is idle, or, for
-    queries whose batches follow each other without a pause (trigger 0, real-time mode,
-    whose batches last a checkpoint interval), when a later batch has reported progress."""
+def _stop_gracefully(queries: Sequence[StreamingQuery]) -> None:
+    """Stop each query once the batch it was in when asked has ended: when its trigger is
+    idle, or when a later batch has reported progress. A query whose batches outlast its
+    trigger interval (and one on trigger 0, or in real-time mode, whose batches last a
+    checkpoint interval) starts the next at once, its trigger hardly ever idle: it stops
+    as that one begins, which a restart runs again, instead of running until its input
+    runs out."""
     deadline = time.monotonic() + GRACE_SECONDS
-    running = {query.id: _last_batch(query) for query in back_to_back}
+    running = {query.id: _last_batch(query) for query in queries}
     for query in queries:
         while (query.isActive and query.status.get("isTriggerActive")
-               and not (query.id in running and _last_batch(query) != running[query.id])
+               and _last_batch(query) == running[query.id]
                and time.monotonic() < deadline):
             time.sleep(0.05)
         query.stop()
