@@ -319,10 +319,9 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
     (events and rows), as ``_leave_open`` does. The events held (``rows``) are those held
     before (``held_rows``) less those of the ``touched_visits`` (``rows_touched``) and of
     the untouched ones that close (``gone``: ``_due``'s figures), plus those of the visits
-    sessionized that stay open; the earliest start
-    and the generations are those of the untouched rows still open, superseded or not (a
-    superseded row's visit is in a later row that starts no later, and stays open as long),
-    with the written ones."""
+    sessionized that stay open; the earliest start and the generations are those of the
+    untouched rows still open, superseded or not (a superseded row's visit is in a later
+    row that starts no later, and stays open as long), with the written ones."""
     moved = held_in[:max(0, len(held_in) + 1 - limit)]
     written = sessionized.withColumn("copied", F.lit(False))
     replaced = touched_visits.select(
