@@ -152,7 +152,7 @@ def _prepare(spark: SparkSession) -> None:
     """Check that Delta Lake is on the classpath, and resolve ``_RESOLVED`` once."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None, "the session runs"
-    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+    if not isinstance(getattr(jvm, "io.delta.tables.DeltaTable"), JavaClass):
         raise AbstreamError(
             "Delta Lake is not on Spark's classpath: pass "
             f"--packages {','.join(SparkSettings().packages)} to spark-submit"

@@ -185,6 +185,15 @@ class RunStats:
             }
 
 
+Event = TypeVar("Event", QueryStartedEvent, QueryProgressEvent, QueryIdleEvent,
+              QueryTerminatedEvent)
+
+
+def _from_json(kind: type[Event], jevent: Any) -> Event:
+    """PySpark's ``kind`` of event from the JVM's ``jevent``, by its JSON."""
+    return kind.fromJson(json.loads(jevent.json()))
+
+
 class _EventsAsJson:
     """The JVM's side of a listener: it hands the listener each event made from the event's
     JSON, one call into the JVM. PySpark's own copies every field across, a call each, and
@@ -196,17 +205,16 @@ class _EventsAsJson:
         self.listener = listener
 
     def onQueryStarted(self, jevent: Any) -> None:
-        self.listener.onQueryStarted(QueryStartedEvent.fromJson(json.loads(jevent.json())))
+        self.listener.onQueryStarted(_from_json(QueryStartedEvent, jevent))
 
     def onQueryProgress(self, jevent: Any) -> None:
-        self.listener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+        self.listener.onQueryProgress(_from_json(QueryProgressEvent, jevent))
 
     def onQueryIdle(self, jevent: Any) -> None:
-        self.listener.onQueryIdle(QueryIdleEvent.fromJson(json.loads(jevent.json())))
+        self.listener.onQueryIdle(_from_json(QueryIdleEvent, jevent))
 
     def onQueryTerminated(self, jevent: Any) -> None:
-        self.listener.onQueryTerminated(
-            QueryTerminatedEvent.fromJson(json.loads(jevent.json())))
+        self.listener.onQueryTerminated(_from_json(QueryTerminatedEvent, jevent))
 
     class Java:
         implements: ClassVar[list[str]] = [
