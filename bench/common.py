@@ -41,23 +41,28 @@ COMPONENTS = (ingest.COMPONENT, sessionize.COMPONENT)
 SAMPLE_SECONDS = 0.25
 #: The generated traffic's density in event time, whatever the dataset's size.
 EVENTS_PER_DAY = 2_000_000
+#: Beacons a landed file holds, unless told.
+FILE_EVENTS = GeneratorSettings.file_events
 _EVENT_TS = re.compile(r'"event_ts":"([0-9T:.+-]+Z)"')
 _IDS = re.compile(r'"(event_id|session_id|visitor_id)":"')
 
 
-def dataset(events: int, seed: int, per_day: int = EVENTS_PER_DAY) -> Path:
-    """The landing files of ``events`` beacons from ``seed``, generated on first use.
+def dataset(events: int, seed: int, per_day: int = EVENTS_PER_DAY,
+            file_events: int = FILE_EVENTS) -> Path:
+    """The landing files of ``events`` beacons from ``seed``, ``file_events`` a file,
+    generated on first use.
 
     Every size is the same traffic, ``per_day`` events a day of event time
     (``EVENTS_PER_DAY`` unless told), for longer or shorter: a bigger dataset is a longer
     stream, not a denser one."""
     density = "" if per_day == EVENTS_PER_DAY else f"-perday{per_day}"
-    folder = DATA / f"beacons-{events}{density}-seed{seed}"
+    files = "" if file_events == FILE_EVENTS else f"-file{file_events}"
+    folder = DATA / f"beacons-{events}{density}{files}-seed{seed}"
     done = folder / "_summary.json"
     if not done.exists() or json.loads(done.read_text()).get("events_per_day") != per_day:
         shutil.rmtree(folder, ignore_errors=True)
         log.info("generating %s beacons (seed %d) into %s, once", f"{events:,}", seed, folder)
-        settings = GeneratorSettings(events=events, seed=seed,
+        settings = GeneratorSettings(events=events, seed=seed, file_events=file_events,
                                      span=timedelta(days=events / per_day))
         step = max(1, events // 10 // settings.file_events) * settings.file_events
 

@@ -38,12 +38,15 @@ naive baseline on its 2,000,000 beacons, cold) and reports each step's rate over
 (``rate_over_pace``): a rate that passed on one day compares with another day's by that
 ratio, not by events/s.
 
+A few events/s in small files (``--file-events``) measures what a micro-batch costs with
+next to no events: each component's median micro-batch seconds (``batch_seconds_median``).
+
 After a pass the rate goes up by ``--factor``; after the first
 failure the search bisects between the best pass and the lowest failure, for ``--steps``
 steps in all.
 
     python -m bench.sustained [--rate 4000] [--hold 300] [--warmup 60] [--max-lag 30] [--live]
-        [--steps 4] [--slope-window 1800]
+        [--steps 4] [--slope-window 1800] [--file-events 10000]
 
 Prints a table, then one JSON object as the last line (each step's figures); writes it
 with every step's sampled series (``samples``), a chart of the best passing step (the last
@@ -59,6 +62,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -77,6 +81,7 @@ from abstream.speed import sessionize
 from bench.common import (
     COMPONENTS,
     EVENTS_PER_DAY,
+    FILE_EVENTS,
     RESULTS,
     dataset,
     event_times,
@@ -326,10 +331,11 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
     step = Step(rate)
     seconds = args.warmup + args.hold
     needed = rate * seconds
-    # A live step lands the smallest dataset round after round.
-    source = dataset(DATASETS[0] if args.live else next(
-        (size for size in DATASETS if size >= needed), math.ceil(needed / 1e6) * 1_000_000),
-        args.seed)
+    # A live step lands the smallest dataset that lasts it, round after round.
+    size = min(DATASETS[0], math.ceil(needed / args.file_events) * args.file_events) \
+        if args.live else next((size for size in DATASETS if size >= needed),
+                               math.ceil(needed / 1e6) * 1_000_000)
+    source = dataset(size, args.seed, file_events=args.file_events)
     work = RESULTS / "work-sustained"
     shutil.rmtree(work, ignore_errors=True)
     (work / "landing").mkdir(parents=True)
@@ -425,9 +431,9 @@ def slope(points: list[tuple[float, float]]) -> dict[str, float] | None:
 
 def steady_state(step: Step, window: float) -> dict[str, Any]:
     """Over the last ``window`` seconds of the step's judged time: each series' slope per
-    hour (``slope``), when sessionize's state first reached ``LEVEL`` of its median there
-    (``levelled_at_seconds``, seconds since the rate was first held), and the state a steady
-    stream holds at this rate."""
+    hour (``slope``), each component's median micro-batch seconds, when sessionize's state
+    first reached ``LEVEL`` of its median there (``levelled_at_seconds``, seconds since the
+    rate was first held), and the state a steady stream holds at this rate."""
     span = min(window, step.hold_seconds)
     judged = [s for s in step.samples if s.at >= step.samples[-1].at - span] \
         if step.samples else []
@@ -437,15 +443,19 @@ def steady_state(step: Step, window: float) -> dict[str, Any]:
         "state_bytes": [(s.at, float(s.state_bytes)) for s in judged],
         "rss_mb": [(s.at, s.rss_mb) for s in judged]}
     slopes: dict[str, Any] = {key: slope(points) for key, points in series.items()}
-    slopes["batch_seconds"] = {c.name: slope([(s.at, s.batch_seconds[c.name]) for s in judged
-                                              if c.name in s.batch_seconds])
-                               for c in COMPONENTS}
+    durations = {c.name: [(s.at, s.batch_seconds[c.name]) for s in judged
+                          if c.name in s.batch_seconds] for c in COMPONENTS}
+    slopes["batch_seconds"] = {name: slope(points) for name, points in durations.items()}
     rows = sorted(v for _, v in series["state_rows"])
     level = rows[len(rows) // 2] if rows else 0.0
     levelled = next((s.at for s in step.samples if level
                      and s.state_rows.get(name, 0.0) >= LEVEL * level), None)
     return {"slope_window_seconds": round(span, 1),
-            "slopes_per_hour": slopes, "levelled_at_seconds": levelled,
+            "slopes_per_hour": slopes,
+            "batch_seconds_median": {
+                name: statistics.median(v for _, v in points) if points else None
+                for name, points in durations.items()},
+            "levelled_at_seconds": levelled,
             "state_rows_level": level, "expected_state_rows": step.rate * HELD_SECONDS}
 
 
@@ -514,6 +524,9 @@ def main() -> int:
                         help="a component's trigger (default: "
                              + ", ".join(f"{n}={v}" for n, v in TRIGGERS.items()) + ")")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--file-events", type=int, default=FILE_EVENTS,
+                        help="beacons a landed file holds (a rate of a few events/s with "
+                             "small files: a micro-batch's fixed cost)")
     parser.add_argument("--live", action="store_true",
                         help="move each landed file's event times to the clock")
     parser.add_argument("--publish-every", metavar="INTERVAL",
@@ -560,6 +573,9 @@ def main() -> int:
               f"{summary['slope_window_seconds']:.0f} s (± standard error): "
               + "; ".join(_slope_text(key, value)
                           for key, value in summary["slopes_per_hour"].items()))
+        print(f"{summary['rate']:>9,} median micro-batch seconds: " + ", ".join(
+            f"{name} {'-' if seconds is None else f'{seconds:.2f}'}"
+            for name, seconds in summary["batch_seconds_median"].items()))
     # The file keeps every step's series; the line printed, their figures alone.
     stem = write_result(result, "sustained", final=False)
     print(json.dumps({**result, "steps": [{k: v for k, v in summary.items() if k != "samples"}

