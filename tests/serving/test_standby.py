@@ -2,8 +2,9 @@
 time and its epoch only grows; a write carrying an old epoch (or an expired lease) writes
 nothing; a replica behind the store's last write waits for it unless the takeover is
 ``available``; a handover ends the lease at once; a writer paused inside its transaction
-does not hold a takeover up; a leader steps down on its own clock; each replica has its own
-tables and topics, and the store converges on a new leader's numbers in every window."""
+does not hold a takeover up; a leader steps down on its own clock; a standby computes its
+serving view once ahead of a failover; each replica has its own tables and topics, and the
+store converges on a new leader's numbers in every window."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from abstream.monitor.standby import StandbyCollector
 from abstream.serving.standby import Leadership, Standby, holder_fence
 from abstream.serving.store import StoreWriter
 from abstream.serving.store_schema import ensure_schema
+from abstream.serving.store_sync import StoreSync
 from abstream.serving.view import serving_view
 from tests.helpers import (
     WITHOUT_SPARK,
@@ -302,6 +304,27 @@ def test_the_store_converges_on_a_new_leaders_numbers_and_each_row_carries_its_e
     assert writers["a"].prepare() is not None
     _published(store, "b", {FILES: 3})
     assert writers["a"].prepare() is None, "behind the store's last write: not prepared"
+
+
+def test_a_standby_computes_its_serving_view_once_ahead_of_a_failover_and_writes_nothing(
+        spark, beacons_run, postgres, caplog: pytest.LogCaptureFixture) -> None:
+    store = _store(postgres)
+    config = make_config(Path(beacons_run.layout.root), replica="b",
+                         serving=store_settings(postgres, store.schema))
+    warmed = "the serving view computed ahead of a failover"
+    sync = StoreSync(spark, beacons_run.layout, config, Leadership("b", config.standby))
+    with caplog.at_level(logging.INFO, "abstream"):
+        assert sync.write_once() is None
+        assert sync.write_once() is None
+    assert caplog.text.count(warmed) == 1, "the first round as a standby only"
+    assert sync.writes == 0 and _stored(store) == {}
+
+    caplog.clear()
+    prepared = StoreSync(spark, beacons_run.layout, config, Leadership("b", config.standby))
+    assert prepared.writer.prepare() is not None
+    with caplog.at_level(logging.INFO, "abstream"):
+        assert prepared.write_once() is None
+    assert warmed not in caplog.text, "a replica that has computed its view already"
 
 
 def _standby_cli(postgres: LocalPostgres, schema: str, *arguments: str

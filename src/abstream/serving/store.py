@@ -140,6 +140,8 @@ class StoreWriter:
         self.replica = config.replica or ""
         self.positions = PositionReader(layout, config)
         self._tables_ready = self._schema_ready = False
+        #: How many times it has computed the serving view.
+        self.views_computed = 0
 
     def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None,
               prepared: Prepared | None = None) -> Written | None:
@@ -174,6 +176,11 @@ class StoreWriter:
                  self.store.where, dict(prepared.target.versions),
                  time.monotonic() - prepared.began)
         return replace(prepared, position=position, began=time.monotonic())
+
+    def warm_up(self) -> None:
+        """Compute the serving view of the tables' latest versions, every window, and
+        drop it."""
+        self._view_rows(self._latest(), None)
 
     def _write(self, covers: Mapping[str, Any] | None, fence: Fence | None,
                prepared: Prepared | None) -> Written | None:
@@ -283,8 +290,10 @@ class StoreWriter:
         views = {"experiment_metrics": self.spark.sql(serving_query(self.layout, pinned)),
                  "definition_metrics": self.spark.sql(
                      definitions_query(self.layout, self.catalog, pinned))}
-        return {name: _rows(view, windows, list(VIEW_TABLES[name][0].fieldNames()))
+        rows = {name: _rows(view, windows, list(VIEW_TABLES[name][0].fieldNames()))
                 for name, view in views.items()}
+        self.views_computed += 1
+        return rows
 
     def _micro_batches(self, held: Mark, target: Mark) -> dict[str, int]:
         """The streaming writers' micro-batches that the gold versions in between
