@@ -140,8 +140,8 @@ class StoreWriter:
         self.replica = config.replica or ""
         self.positions = PositionReader(layout, config)
         self._tables_ready = self._schema_ready = False
-        #: How many times it has computed the serving view.
-        self.views_computed = 0
+        #: Whether it has computed the serving view (its JVM has compiled the view's code).
+        self.view_computed = False
 
     def write(self, covers: Mapping[str, Any] | None = None, fence: Fence | None = None,
               prepared: Prepared | None = None) -> Written | None:
@@ -180,7 +180,10 @@ class StoreWriter:
     def warm_up(self) -> None:
         """Compute the serving view of the tables' latest versions, every window, and
         drop it."""
+        began = time.monotonic()
         self._view_rows(self._latest(), None)
+        log.info("serving store %s: the serving view computed ahead of a failover in %.1f s",
+                 self.store.where, time.monotonic() - began)
 
     def _write(self, covers: Mapping[str, Any] | None, fence: Fence | None,
                prepared: Prepared | None) -> Written | None:
@@ -292,7 +295,7 @@ class StoreWriter:
                      definitions_query(self.layout, self.catalog, pinned))}
         rows = {name: _rows(view, windows, list(VIEW_TABLES[name][0].fieldNames()))
                 for name, view in views.items()}
-        self.views_computed += 1
+        self.view_computed = True
         return rows
 
     def _micro_batches(self, held: Mark, target: Mark) -> dict[str, int]:

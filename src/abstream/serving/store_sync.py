@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -30,6 +29,7 @@ from abstream.serving.standby import Leadership, fenced_store
 from abstream.serving.store import Prepared, StoreWriter, Written
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: What a write can fail with and be tried again after.
 WRITE_ERRORS = (AbstreamError, *SPARK_ERRORS)
@@ -103,28 +103,25 @@ class StoreSync:
         as a standby, and drops it: a failover's first write then runs on code its JVM has
         compiled already (a cold JVM's first computation of the view takes two to three
         times as long)."""
-        if self.writer.views_computed:
-            return
-        began = time.monotonic()
-        try:
-            self.writer.warm_up()
-        except WRITE_ERRORS as exc:
-            log.info("the serving view could not be computed ahead of a failover (tried "
-                     "again next round): %s", first_line(exc))
-            return
-        log.info("serving store %s: the serving view computed ahead of a failover in %.1f s",
-                 self.writer.store.where, time.monotonic() - began)
+        if not self.writer.view_computed:
+            _logged_if_failed(self.writer.warm_up, "the serving view could not be computed "
+                              "ahead of a failover (tried again next round)")
 
     def _prepare_if_wanted(self) -> None:
         if not self._prepare_wanted.is_set():
             return
         self._prepare_wanted.clear()
-        try:
-            self._prepared = self.writer.prepare()
-        except WRITE_ERRORS as exc:
-            self._prepared = None
-            log.info("the serving store's next write could not be prepared: %s",
-                     first_line(exc))
+        self._prepared = _logged_if_failed(
+            self.writer.prepare, "the serving store's next write could not be prepared")
+
+
+def _logged_if_failed(action: Callable[[], T], failed: str) -> T | None:
+    """``action``'s result, or None and ``failed`` in the log when it fails as a write can."""
+    try:
+        return action()
+    except WRITE_ERRORS as exc:
+        log.info("%s: %s", failed, first_line(exc))
+        return None
 
 
 def write_store(spark: SparkSession, layout: Layout, config: Config, writer: str, *,
