@@ -51,7 +51,8 @@ often is lost, one the chaos side holds more often is a duplicate):
   sketch by what it holds (an HLL sketch's estimate, a KLL sketch's count, minimum and
   maximum: the same increments merged in another order give other bytes). The result
   counts the kills that fell while a store transaction was open (``kills_mid_store_write``);
-  ``--store-kills`` of them are aimed there: the run is killed the moment one is.
+  ``--store-kills`` of them are aimed there: the harness holds the store's progress row, the
+  run's next write waits on it inside its transaction, and the run is killed there.
   Once during the stream PostgreSQL itself is killed (SIGKILL) and started again some
   seconds later (``--store-outage``): the runs go on writing Delta meanwhile
   (``store_outage.gold_commits_during``) and the store catches up.
@@ -114,7 +115,7 @@ from abstream.generator.write import GeneratorSettings, generate, generate_to_ka
 from abstream.io.deployment import Deployment
 from abstream.io.kafka.broker import LocalBroker
 from abstream.io.kafka.topics import ensure_topics
-from abstream.io.postgres import KeptConnection, Store, StoreError
+from abstream.io.postgres import PROGRESS, SERVING, KeptConnection, Store, StoreError
 from abstream.io.postgres_local import LocalPostgres
 from abstream.io.tables import (
     DEFINITIONS_TABLE,
@@ -126,7 +127,7 @@ from abstream.io.tables import (
     read_table,
 )
 from abstream.layout import Layout
-from abstream.serving.store_schema import VIEW_TABLES
+from abstream.serving.store_schema import VIEW_TABLES, ensure_schema
 from abstream.serving.view import definitions_view, serving_view
 from abstream.speed import pipeline_components
 from abstream.speed.runner import pipeline, run_once
@@ -343,9 +344,10 @@ class Kills:
 
 
 def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
-                generating: Callable[[], bool], writing_store: Callable[[], bool]) -> Kills:
+                generating: Callable[[], bool], store: Store) -> Kills:
     """Start ``abstream run``, and kill its group at a random moment, again and again: in its
-    start-up (``settings.startup_kills`` of them) or once its queries run."""
+    start-up (``settings.startup_kills`` of them), in a write to ``store``
+    (``settings.store_kills``), or once its queries run."""
     kills, caught = 0, Kills()
     while kills < settings.kills:
         began_at = time.time()
@@ -362,30 +364,30 @@ def kill_stream(side: Side, settings: ChaosSettings, rng: random.Random,
             continue
         # Once the input is complete and read, a run plans no micro-batch: it is killed idle.
         started = running(side, process, STARTING if generating() else IDLE_START)
-        wait = rng.uniform(*settings.wait)
-        try:
-            if caught.mid_store_write < settings.store_kills:
-                until_store_write(process, writing_store)
-                wait = 0.0
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            storing = writing_store()
-            kill_group(process)
-            kills += 1
-            caught.mid_store_write += storing
-            busy = in_flight(side)
-            caught.mid_batch.update(busy)
-            startup = startup_seconds(side, before, began_at)
-            if startup is not None:
-                caught.startup_seconds = min(startup, caught.startup_seconds or startup)
-            log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
-                     "the start; %s; mid-batch: %s%s); restarting", kills, settings.kills, wait,
-                     started + wait, "input still coming" if generating() else
-                     "input complete", ", ".join(busy) or "none",
-                     "; a store write open" if storing else "")
-            continue
-        raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
-                           f"see {side.logs}")
+        waiting_from = time.monotonic()
+        storing = caught.mid_store_write < settings.store_kills \
+            and kill_in_store_write(process, store)
+        if not storing:
+            try:
+                process.wait(rng.uniform(*settings.wait))
+            except subprocess.TimeoutExpired:
+                kill_group(process)
+            else:
+                raise RuntimeError(f"abstream run ended by itself (exit {process.returncode}); "
+                                   f"see {side.logs}")
+        wait = time.monotonic() - waiting_from
+        kills += 1
+        caught.mid_store_write += storing
+        busy = in_flight(side)
+        caught.mid_batch.update(busy)
+        startup = startup_seconds(side, before, began_at)
+        if startup is not None:
+            caught.startup_seconds = min(startup, caught.startup_seconds or startup)
+        log.info("kill %d/%d: SIGKILL %.1f s after the first micro-batch (%.1f s after "
+                 "the start; %s; mid-batch: %s%s); restarting", kills, settings.kills, wait,
+                 started + wait, "input still coming" if generating() else
+                 "input complete", ", ".join(busy) or "none",
+                 "; in an open store transaction" if storing else "")
     return caught
 
 
@@ -619,10 +621,7 @@ def run_chaos(settings: ChaosSettings) -> dict[str, Any]:
         log.info("%s: %s records at %.0f/s into abstream run, killed %d times",
                  settings.source, f"{settings.events:,}", settings.rate, settings.kills)
         outage, outage_seen = store_outage(postgres, chaos, *settings.store_outage)
-        probe = KeptConnection(store)
-        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None,
-                             lambda: store_write_open(probe))
-        probe.close()
+        caught = kill_stream(chaos, settings, rng, lambda: generator.poll() is None, store)
         outage.join()
         if generator.wait() != 0:
             raise RuntimeError(f"the generator failed; see {chaos.logs}")
@@ -715,18 +714,6 @@ def store_document(server: LocalPostgres, write_every: str) -> dict[str, Any]:
         "write_every": write_every}}
 
 
-def store_write_open(connection: KeptConnection) -> bool:
-    """Whether one of abstream's connections has a transaction open in the store (False
-    while the store is down)."""
-    try:
-        with connection.use() as probe:
-            return bool(probe.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
-                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchone()[0])
-    except StoreError:
-        return False
-
-
 def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
                  ) -> tuple[threading.Thread, dict[str, Any]]:
     """A thread that kills the store's server ``after`` seconds from now and starts it
@@ -750,13 +737,45 @@ def store_outage(server: LocalPostgres, side: Side, after: float, seconds: float
     return thread, seen
 
 
-def until_store_write(process: subprocess.Popen[str], writing_store: Callable[[], bool],
-                      timeout: float = STORE_WRITE_WAIT) -> None:
-    """Poll until ``process`` has a store transaction open, it ended, or ``timeout``."""
-    began = time.monotonic()
-    while process.poll() is None and time.monotonic() - began < timeout \
-            and not writing_store():
-        time.sleep(0.002)
+def kill_in_store_write(process: subprocess.Popen[str], store: Store,
+                        timeout: float = STORE_WRITE_WAIT) -> bool:
+    """SIGKILL ``process``'s group while one of its serving-store writes is inside its
+    transaction; whether it was, within ``timeout`` (False if the process ended first).
+
+    A connection of the harness holds the store's progress row (``FOR UPDATE``), which
+    every write locks after it staged its rows: the run's next write waits on it, its
+    transaction open, and the kill falls there, however short a write is on this machine.
+    The row is let go once the process is dead. A store that is down (``--store-outage``)
+    is tried again until ``timeout``."""
+    began, probe = time.monotonic(), KeptConnection(store)
+    try:
+        while process.poll() is None and time.monotonic() - began < timeout:
+            try:
+                with store.connect() as gate:
+                    ensure_schema(gate, store)
+                    with gate.transaction():
+                        gate.execute(sql.SQL("SELECT 1 FROM {} WHERE store = %s FOR UPDATE")
+                                     .format(store.table(PROGRESS)), (SERVING,))
+                        while process.poll() is None and time.monotonic() - began < timeout:
+                            if _write_waiting(probe):
+                                kill_group(process)
+                                return True
+                            time.sleep(0.05)
+            except StoreError:
+                time.sleep(0.5)
+        return False
+    finally:
+        probe.close()
+
+
+def _write_waiting(probe: KeptConnection) -> bool:
+    """Whether one of abstream's sessions waits on a row lock inside its transaction (read
+    in a transaction of its own: a transaction sees one snapshot of ``pg_stat_activity``)."""
+    with probe.use() as connection:
+        return bool(connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'abstream' "
+            "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL "
+            "AND wait_event_type = 'Lock' AND wait_event <> 'advisory'").fetchone()[0])
 
 
 def compare_store(comparison: Comparison, stage: str, spark: SparkSession, side: Side,
