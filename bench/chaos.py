@@ -747,25 +747,36 @@ def kill_in_store_write(process: subprocess.Popen[str], store: Store,
     transaction open, and the kill falls there, however short a write is on this machine.
     The row is let go once the process is dead. A store that is down (``--store-outage``)
     is tried again until ``timeout``."""
-    began, probe = time.monotonic(), KeptConnection(store)
+    deadline, probe = time.monotonic() + timeout, KeptConnection(store)
+
+    def going() -> bool:
+        return process.poll() is None and time.monotonic() < deadline
+
     try:
-        while process.poll() is None and time.monotonic() - began < timeout:
+        while going():
             try:
-                with store.connect() as gate:
-                    ensure_schema(gate, store)
-                    with gate.transaction():
-                        gate.execute(sql.SQL("SELECT 1 FROM {} WHERE store = %s FOR UPDATE")
-                                     .format(store.table(PROGRESS)), (SERVING,))
-                        while process.poll() is None and time.monotonic() - began < timeout:
-                            if _write_waiting(probe):
-                                kill_group(process)
-                                return True
-                            time.sleep(0.05)
+                with progress_row_held(store):
+                    while going() and not _write_waiting(probe):
+                        time.sleep(0.05)
+                    if going():
+                        kill_group(process)
+                        return True
             except StoreError:
                 time.sleep(0.5)
         return False
     finally:
         probe.close()
+
+
+@contextmanager
+def progress_row_held(store: Store) -> Iterator[None]:
+    """The store's progress row locked (``FOR UPDATE``) by a connection of the harness."""
+    with store.connect() as gate:
+        ensure_schema(gate, store)
+        with gate.transaction():
+            gate.execute(sql.SQL("SELECT 1 FROM {} WHERE store = %s FOR UPDATE")
+                         .format(store.table(PROGRESS)), (SERVING,))
+            yield
 
 
 def _write_waiting(probe: KeptConnection) -> bool:
