@@ -97,6 +97,13 @@ def bronze_frame(spark: SparkSession, rows: Iterable[tuple[object, ...]]) -> Dat
     return spark.createDataFrame(list(rows), EVENTS)
 
 
+def blocks_held(spark: SparkSession) -> int:
+    """How many RDDs the session holds blocks of (caches and local checkpoints), besides
+    Delta's own cache of each table's state."""
+    held = spark.sparkContext._jsc.getPersistentRDDs().values()
+    return sum(1 for rdd in held if not (rdd.name() or "").startswith("Delta Table State"))
+
+
 def write_lines(folder: Path, name: str, lines: Iterable[str]) -> Path:
     """A landing file written the way writers should: hidden name first, then renamed."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,8 @@ def test_run_serves_metrics_pushes_them_and_stops_cleanly_on_sigterm(tmp_path):
     assert process.returncode == 0, stderr[-3000:]
     assert "finishing the current micro-batch" in stderr
     assert re.search(r"ingest: \d+ batches, 300 rows in", stderr), stderr[-2000:]
-    assert re.search(r"ingest: .*; time by step: parse and check [\d.]+ s, find repeats", stderr)
+    assert re.search(r"ingest: .*; time by step: parse and check [\d.]+ s, "
+                     r"recent ids [\d.]+ s, find repeats", stderr)
     assert Path(data / "checkpoints" / "ingest" / "commits" / "0").exists()
     assert 'abstream_component_lag_seconds{component="ingest"' in metrics
     assert expected in metrics

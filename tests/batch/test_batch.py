@@ -19,7 +19,7 @@ from abstream.serving.view import serving_view
 from abstream.speed import COMPONENTS
 from abstream.speed.runner import run_once
 from tests.batch.timeline import at, ingest
-from tests.helpers import reconfigure
+from tests.helpers import blocks_held, reconfigure
 
 pytestmark = pytest.mark.long_module
 
@@ -63,19 +63,12 @@ def _table_rows(ctx, spec):
     return sorted(frame.drop("computed_at").collect(), key=str)
 
 
-def _blocks_held(ctx) -> int:
-    """How many RDDs the session holds blocks of (caches and local checkpoints), besides
-    Delta's own cache of each table's state."""
-    held = ctx.spark.sparkContext._jsc.getPersistentRDDs().values()
-    return sum(1 for rdd in held if not (rdd.name() or "").startswith("Delta Table State"))
-
-
 def test_rerunning_a_range_leaves_identical_tables(ctx):
     ingest(ctx, "rerun", [("a", at(1)), ("a", at(1, 20)), ("b", at(1, 50)), ("c", at(2, 30))])
     request = BatchRequest("range", at(0), at(3))
-    held = _blocks_held(ctx)
+    held = blocks_held(ctx.spark)
     run_batch(ctx, request)
-    assert _blocks_held(ctx) == held, "a chunk's cached and on-disk frames are released"
+    assert blocks_held(ctx.spark) == held, "a chunk's cached and on-disk frames are released"
     sessions, gold = _table_rows(ctx, SESSIONS_TABLE), _table_rows(ctx, METRICS_TABLE)
     assert len(sessions) == 3 and gold
 

@@ -39,8 +39,8 @@ def test_ingest_splits_valid_rejected_and_duplicates_and_loses_nothing(ctx):
     assert stats.duplicates_dropped == 3
     assert stats.input_rows == events.count() + len(rejected) + stats.duplicates_dropped
     assert stats.written == {"events": 10, "rejected": 4}
-    assert set(stats.step_seconds) == {"parse and check", "find repeats", "bronze append",
-                                       "quarantine append"}
+    assert set(stats.step_seconds) == {"parse and check", "recent ids", "find repeats",
+                                       "bronze append", "keep new ids", "quarantine append"}
 
 
 def test_later_files_are_picked_up_and_old_duplicates_still_dropped(ctx):

@@ -10,7 +10,7 @@ from abstream.errors import UsageError
 from abstream.io.tables import EVENTS_TABLE, read_table
 from abstream.speed import COMPONENTS, select
 from abstream.speed.runner import ADAPTIVE, continuous_conf, run_continuously, run_once
-from tests.helpers import beacon, dumps, reconfigure, wait_until, write_lines
+from tests.helpers import beacon, blocks_held, dumps, reconfigure, wait_until, write_lines
 
 TS = "2026-01-05T10:00:00.000Z"
 
@@ -33,6 +33,7 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
     def bronze_rows():
         return read_table(ctx.spark, EVENTS_TABLE, ctx.layout).count()
 
+    held = blocks_held(ctx.spark)
     runner = threading.Thread(target=run)
     runner.start()
     try:
@@ -52,6 +53,7 @@ def test_runs_until_stopped_then_finishes_the_batch_in_flight(ctx):
     assert not ctx.spark.streams.active
     assert bronze_rows() == 60_020, "the batch in flight was finished, not abandoned"
     assert ctx.spark.conf.get(ADAPTIVE) == "true", "and the session is as it was"
+    assert blocks_held(ctx.spark) == held, "what the query kept is let go of"
     checkpoint = Path(ctx.layout.checkpoint("ingest"))
     assert _committed(checkpoint, "offsets") == _committed(checkpoint, "commits")
 

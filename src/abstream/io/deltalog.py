@@ -106,6 +106,28 @@ def _micro_batch(metadata: str | None) -> tuple[str, int] | None:
     return None
 
 
+def commit_file(log_dir: str, version: int) -> str:
+    """The path of a version's commit file in the log folder ``log_dir``."""
+    return f"{log_dir}/{version:020d}.json"
+
+
+class CommitFiles:
+    """A table's versions from its log's file names alone, without reading a commit."""
+
+    def __init__(self, location: str) -> None:
+        self.storage = Storage(location)
+        self.log_dir = self.storage.path("_delta_log")
+
+    def latest(self) -> int | None:
+        """The newest version (a listing of the log), None before the first commit."""
+        return max((int(m.group(1)) for e in self.storage.list(self.log_dir)
+                    if (m := _COMMIT.match(e.name))), default=None)
+
+    def has(self, version: int) -> bool:
+        """Whether ``version`` is committed (one file's status)."""
+        return self.storage.entry(commit_file(self.log_dir, version)) is not None
+
+
 class DeltaLogReader:
     """Follows one table's ``_delta_log``; call ``refresh()`` before reading state.
 
@@ -141,7 +163,7 @@ class DeltaLogReader:
             version += 1
 
     def _commit_path(self, version: int) -> str:
-        return f"{self.log_dir}/{version:020d}.json"
+        return commit_file(self.log_dir, version)
 
     def _read_from_listing(self) -> None:
         commits = sorted((int(m.group(1)), e.mtime_ms)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pyspark.sql import DataFrame
@@ -22,11 +23,31 @@ from abstream.topology import Node, is_topic
 #: and the facts it observed (``observed.FACTS``).
 BatchWrite = Callable[[DataFrame, int, str], Mapping[str, float]]
 
+class Releases:
+    """What a component's query keeps between its micro-batches (blocks on local disk), let
+    go of when the query ends: the runner releases a component's after each of its queries,
+    and a restarted query keeps its own."""
+
+    def __init__(self) -> None:
+        self._releases: defaultdict[str, list[Callable[[], None]]] = defaultdict(list)
+
+    def add(self, component: str, release: Callable[[], None]) -> None:
+        """Call ``release`` when ``component``'s query ends."""
+        self._releases[component].append(release)
+
+    def release(self, component: str) -> None:
+        """Let go of what ``component``'s ended query kept."""
+        for release in self._releases.pop(component, []):
+            release()
+
+
 @dataclass(frozen=True)
 class Context(Deployment):
-    """A deployment running components: with the totals their progress adds to."""
+    """A deployment running components: with the totals their progress adds to, and what
+    their queries keep until they end."""
 
     stats: RunStats
+    releases: Releases = field(default_factory=Releases)
 
 
 #: Sets the trigger of a component's query (and the options that go with it):

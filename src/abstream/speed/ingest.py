@@ -14,8 +14,9 @@ from abstream.io.sources import landing_lines
 from abstream.io.tables import REJECTED_TABLE, ensure_table, events_table
 from abstream.observed import DUPLICATES
 from abstream.speed.component import BatchWrite, Component, Context, stream_writer
+from abstream.speed.recent_ids import RecentIds
 from abstream.stages import beacons, constants, dedupe
-from abstream.times import from_micros, now_micros
+from abstream.times import now_micros
 from abstream.topology import EVENTS, INGEST, REJECTED
 
 NAME = INGEST.name
@@ -40,7 +41,10 @@ def bronze_write(ctx: Context, component: str, parse: Parse) -> BatchWrite:
     append_rejected = timed("quarantine append", sinks.AppendOnce(
         ensure_table(ctx.spark, REJECTED_TABLE, ctx.layout), REJECTED_TABLE.partition_by))
     drop_duplicate_events = timed("find repeats", dedupe.drop_duplicate_events)
-    window = ctx.config.ingest.dedupe_window
+    recent = RecentIds(events_path, ctx.config.ingest.dedupe_window)
+    ctx.releases.add(component, recent.forget)
+    seen = timed("recent ids", recent.seen)
+    keep_taken = timed("keep new ids", recent.taken)
 
     def write(records: DataFrame, batch_id: int, writer_id: str) -> Mapping[str, int]:
         ingested_at = now_micros()
@@ -52,17 +56,17 @@ def bronze_write(ctx: Context, component: str, parse: Parse) -> BatchWrite:
                     F.count_if(F.col("reason").isNotNull()).alias("rejected")).first()
             events = duplicates = 0
             if counts["valid"]:
-                bronze = batch.sparkSession.read.format("delta").load(events_path)
-                seen = dedupe.recent_ids(bronze, from_micros(ingested_at) - window)
                 written = Observation()
-                unique = drop_duplicate_events(beacons.valid_events(batch), seen) \
-                    .observe(written, F.count(F.lit(1)).alias("rows"))
+                deduplicated = drop_duplicate_events(beacons.valid_events(batch),
+                                                     seen(batch.sparkSession, ingested_at))
                 events = counts["valid"]
                 # One file per event_date a micro-batch: sessionize reads bronze a number of
                 # files at a time, and a micro-batch's events split over two of its
                 # micro-batches would be late in the second (a backlog's micro-batch spans
                 # hours of event time).
-                if append_events(unique.coalesce(1), writer_id, batch_id):
+                if append_events(deduplicated.observe(written, F.count(F.lit(1)).alias("rows"))
+                                 .coalesce(1), writer_id, batch_id):
+                    keep_taken(deduplicated.select("event_id", "ingested_at"), ingested_at)
                     events = int(written.get["rows"])
                     duplicates = counts["valid"] - events
             if counts["rejected"]:

@@ -85,6 +85,8 @@ def _until_done(ctx: Context, component: Component,
                 raise Interrupted(f"stopped during {component.name}; run again to resume")
     except SPARK_ERRORS as exc:
         return exc
+    finally:
+        ctx.releases.release(component.name)
     return query
 
 
@@ -116,6 +118,7 @@ def _run_side_by_side(ctx: Context, components: Sequence[Component],
                     if error is None:
                         raise AbstreamError(f"{name} stopped")
                     del queries[name]
+                    ctx.releases.release(name)
                     starts[name] = time.monotonic() + supervisor.failed(name, error)
             for component in components:
                 if starts.get(component.name, math.inf) <= time.monotonic():
@@ -123,6 +126,7 @@ def _run_side_by_side(ctx: Context, components: Sequence[Component],
                     try:
                         queries[component.name] = _start(ctx, component, once=False)
                     except SPARK_ERRORS as exc:
+                        ctx.releases.release(component.name)
                         starts[component.name] = (time.monotonic()
                                                   + supervisor.failed(component.name, exc))
                         continue
@@ -131,6 +135,8 @@ def _run_side_by_side(ctx: Context, components: Sequence[Component],
         log.info("stopping after the current micro-batches")
     finally:
         _stop_gracefully(list(queries.values()))
+        for component in components:
+            ctx.releases.release(component.name)
 
 
 def _stop_gracefully(queries: Sequence[StreamingQuery]) -> None:

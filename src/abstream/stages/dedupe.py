@@ -26,10 +26,10 @@ from abstream.times import micros_from
 
 
 def recent_ids(bronze: DataFrame, since: datetime) -> DataFrame:
-    """The event_ids bronze took in at ``since`` or later (``ingested_at``): Delta skips
-    the files of older micro-batches by their statistics."""
+    """The event_ids bronze took in at ``since`` or later, with when (``ingested_at``):
+    Delta skips the files of older micro-batches by their statistics."""
     cutoff = F.timestamp_micros(F.lit(micros_from(since)))
-    return bronze.where(F.col("ingested_at") >= cutoff).select("event_id")
+    return bronze.where(F.col("ingested_at") >= cutoff).select("event_id", "ingested_at")
 
 
 @dataclass(frozen=True)
