@@ -301,8 +301,9 @@ class SessionizeSettings(_Section):
     #: Bronze files a micro-batch: each up to one ingest micro-batch's events of a day.
     max_files_per_trigger: int = Field(default=2, gt=0)
     #: Snapshots whose events the open visits may stay in before a micro-batch copies them
-    #: into its own.
-    state_generations: int = Field(default=64, gt=0)
+    #: into its own: enough for the micro-batches of a visit's life in a live stream (gap
+    #: + lateness, 50 minutes, is 300-600 micro-batches of 5-10 s), so that few are copied.
+    state_generations: int = Field(default=512, gt=0)
 
 
 class MetricsSettings(_Section):
