@@ -23,6 +23,7 @@ from abstream.topology import Node, is_topic
 #: and the facts it observed (``observed.FACTS``).
 BatchWrite = Callable[[DataFrame, int, str], Mapping[str, float]]
 
+
 class Releases:
     """What a component's query keeps between its micro-batches (blocks on local disk), let
     go of when the query ends: the runner releases a component's after each of its queries,
