@@ -63,6 +63,7 @@ def test_kept_ids_are_bronzes_and_read_again_after_a_commit_of_another_writer(ct
 
     with caplog.at_level(logging.INFO, logger="abstream.speed.recent_ids"), ExitStack() as held:
         held.callback(recent.forget)
+        caplog.clear()  # the ingest run's read, where logging was at INFO already
         assert _ids(recent.seen(spark, now)) == {"e1", "e2"}
         recent.taken(append("-ours", now), now)
         assert _ids(recent.seen(spark, now + 1)) == {"e1", "e2", "e1-ours", "e2-ours"}
