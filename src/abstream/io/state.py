@@ -8,6 +8,10 @@ snapshot of an earlier batch, so a replayed micro-batch reads what it read the f
 and writes the same snapshot again: the state is exactly-once like the tables. A snapshot
 may go on reading parts of earlier ones instead of copying them (``refers_to``). The two
 newest snapshots are kept, and the earlier ones either of them refers to.
+
+A complete snapshot's parts never change: which parts a snapshot has is listed once, when
+it is first read, and not asked of the file system again for each read (a micro-batch may
+read the parts of hundreds of snapshots, several times).
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class StateSnapshots:
                  schemas: Mapping[str, StructType]) -> None:
         self.spark, self.location, self.schemas = spark, location.rstrip("/"), schemas
         self._files = HadoopFiles(spark, self.location)
+        #: The parts of each snapshot read so far, by batch.
+        self._parts: dict[int, frozenset[str]] = {}
 
     def _batches(self) -> list[tuple[int, str]]:
         found = []
@@ -96,11 +102,17 @@ class StateSnapshots:
     def _folder(self, batch_id: int) -> str:
         return posixpath.join(self.location, f"batch={batch_id}")
 
+    def _parts_of(self, batch: int) -> frozenset[str]:
+        """The parts the snapshot of ``batch`` has, listed once."""
+        if batch not in self._parts:
+            self._parts[batch] = frozenset(self._files.names(self._folder(batch)))
+        return self._parts[batch]
+
     def read(self, snapshot: Snapshot | int | None, part: str) -> DataFrame:
         """The rows of ``part`` in ``snapshot`` (or in the snapshot of that batch): none for
         None, or where the snapshot has no such part."""
         batch = snapshot.batch if isinstance(snapshot, Snapshot) else snapshot
-        if batch is None or not self._files.exists(posixpath.join(self._folder(batch), part)):
+        if batch is None or part not in self._parts_of(batch):
             return _empty(self.spark, self.schemas[part])
         return self.read_written(batch, part)
 
@@ -110,8 +122,8 @@ class StateSnapshots:
         have every part, but at least one."""
         paths = []
         for batch in batches:
-            found = [path for part in parts
-                     if self._files.exists(path := posixpath.join(self._folder(batch), part))]
+            found = [posixpath.join(self._folder(batch), part) for part in parts
+                     if part in self._parts_of(batch)]
             if not found:
                 raise AbstreamError(f"the state of micro-batch {batch} is missing from "
                                     f"{self.location}: the checkpoint is damaged")
@@ -130,6 +142,7 @@ class StateSnapshots:
     def write(self, batch_id: int, part: str, rows: DataFrame) -> None:
         """Write ``part`` of the state after ``batch_id`` (again, when the batch is
         replayed); the snapshot is complete once ``complete`` has run."""
+        self._parts.pop(batch_id, None)
         rows.select(*self.schemas[part].fieldNames()).write.mode("overwrite") \
             .parquet(posixpath.join(self._folder(batch_id), part))
 
@@ -147,6 +160,7 @@ class StateSnapshots:
             kept |= {previous.batch, *(previous.refers_to or ())}
         for batch, old in self._batches():
             if batch < batch_id and batch not in kept:
+                self._parts.pop(batch, None)
                 self._files.delete(old)
         return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to), form, watermark,
                         read_until)
