@@ -69,6 +69,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,8 @@ TRIGGERS = {"ingest": "5 seconds", "sessionize": "5 seconds"}
 HELD_SECONDS = (35 + 15) * 60
 #: Sessionize's state reached this share of its level when it levelled off.
 LEVEL = 0.95
+#: The windows each component's time by step is split into (seconds of the step).
+STEP_WINDOW = 300.0
 
 
 @dataclass
@@ -123,6 +126,9 @@ class Sample:
     #: Per component, the duration of the last micro-batch that ended since the sample
     #: before.
     batch_seconds: dict[str, float] = field(default_factory=dict)
+    #: Per component, its micro-batches so far and their seconds in each step so far.
+    batches: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -160,6 +166,7 @@ class Step:
     def summary(self, slope_window: float) -> dict[str, Any]:
         return {**{key: value for key, value in asdict(self).items() if key != "samples"},
                 **steady_state(self, slope_window),
+                "step_seconds_by_window": steps_by_window(self.samples, STEP_WINDOW),
                 "samples": [asdict(s) for s in self.samples]}
 
 
@@ -169,6 +176,8 @@ class Scrape:
     state_rows: dict[str, float] = field(default_factory=dict)
     batches: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
+    #: Per job, the seconds its micro-batches spent in each step so far.
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
     system_lag: float = 0.0
     #: gold freshness: cumulative events per bucket bound (seconds; inf last).
     freshness: dict[float, float] = field(default_factory=dict)
@@ -194,6 +203,9 @@ def scrape(url: str) -> Scrape | None:
                 found.batches[sample.labels["job"]] = sample.value
             elif sample.name == "abstream_query_batch_duration_seconds":
                 found.durations[sample.labels["job"]] = sample.value
+            elif sample.name == "abstream_query_step_seconds_total":
+                found.steps.setdefault(sample.labels["job"], {})[sample.labels["step"]] = \
+                    sample.value
             elif sample.name == "abstream_system_lag_seconds":
                 found.system_lag = sample.value
             elif sample.name == "abstream_gold_freshness_seconds_bucket":
@@ -324,7 +336,35 @@ def sample(found: Scrape, batches: dict[str, float], at: float, landed: int, *, 
                   folder_bytes(state) if state.exists() else 0,
                   round(process_tree_rss(pid) / 2**20, 1),
                   {job: found.durations[job] for job, count in found.batches.items()
-                   if count > batches.get(job, 0) and job in found.durations})
+                   if count > batches.get(job, 0) and job in found.durations},
+                  dict(found.batches), found.steps)
+
+
+def steps_by_window(samples: list[Sample], window: float) -> list[dict[str, Any]]:
+    """Each component's seconds a micro-batch in each step, per ``window`` seconds of the
+    step (from the first sample at or after each window's start to the next one's): where
+    a micro-batch's time goes as the state grows."""
+    if not samples:
+        return []
+    edges: list[Sample] = []
+    for sampled in samples:
+        if not edges or sampled.at >= edges[-1].at + window:
+            edges.append(sampled)
+    if edges[-1] is not samples[-1]:
+        edges.append(samples[-1])
+    found = []
+    for first, last in pairwise(edges):
+        components: dict[str, Any] = {}
+        for job, steps in last.steps.items():
+            ran = last.batches.get(job, 0.0) - first.batches.get(job, 0.0)
+            if ran <= 0:
+                continue
+            before = first.steps.get(job, {})
+            components[job] = {"batches": ran, "seconds_per_batch": {
+                name: round((seconds - before.get(name, 0.0)) / ran, 3)
+                for name, seconds in sorted(steps.items())}}
+        found.append({"from": first.at, "to": last.at, "components": components})
+    return found
 
 
 def run_step(rate: int, args: argparse.Namespace) -> Step:
@@ -384,6 +424,12 @@ def run_step(rate: int, args: argparse.Namespace) -> Step:
         shutil.rmtree(work, ignore_errors=True)
     log.info("%s events/s: %s", f"{rate:,}", "passed" if step.passed else
              f"failed ({step.reason})")
+    for window in steps_by_window(step.samples, STEP_WINDOW):
+        for job, ran in sorted(window["components"].items()):
+            log.info("    %4.0f-%4.0f s, %s, %d micro-batches, seconds a micro-batch: %s",
+                     window["from"], window["to"], job, ran["batches"], ", ".join(
+                         f"{name} {seconds:.2f}"
+                         for name, seconds in ran["seconds_per_batch"].items()))
     return step
 
 

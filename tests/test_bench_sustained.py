@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench.sustained import Feeder, Sample, Step, slope, steady_state
+from bench.sustained import Feeder, Sample, Step, slope, steady_state, steps_by_window
 
 
 def test_the_slope_per_hour_and_its_noise_are_a_least_squares_fit() -> None:
@@ -64,3 +64,17 @@ def test_a_live_step_lands_the_dataset_again_with_ids_of_its_round(tmp_path: Pat
     replayed = Feeder([source / "beacons-0.jsonl"], tmp_path, rate=1000)
     replayed.land_one()
     assert replayed.exhausted, "replayed event times cannot come round again"
+
+
+def test_each_step_s_seconds_a_micro_batch_are_split_by_window() -> None:
+    samples = [Sample(float(t), 0, {}, 0.0, {}, batches={"sessionize": t / 10},
+                      steps={"sessionize": {"visits": t / 10 * (1 if t <= 300 else 2),
+                                            "gold append": t / 20}})
+               for t in range(0, 601, 5)]
+    windows = steps_by_window(samples, 300.0)
+    assert [(w["from"], w["to"]) for w in windows] == [(0.0, 300.0), (300.0, 600.0)]
+    assert windows[0]["components"] == {"sessionize": {
+        "batches": 30.0, "seconds_per_batch": {"gold append": 0.5, "visits": 1.0}}}
+    assert windows[1]["components"]["sessionize"]["seconds_per_batch"]["visits"] == 3.0, \
+        "from 30 s of visits in 30 micro-batches to 120 s in 60"
+    assert steps_by_window(samples[:1], 300.0) == []

@@ -30,3 +30,6 @@ FRESHNESS_FACTS = (FRESHNESS_COUNT, FRESHNESS_SUM, *map(freshness_bucket, FRESHN
 FACTS = (DUPLICATES, LATE, STATE_ROWS, WATERMARK, OUTPUT_WATERMARK, *FRESHNESS_FACTS)
 #: The key of a progress event under which the listener adds those facts for consumers.
 REPORTED = "abstream"
+#: Among them, added by the listener: the seconds the component's micro-batches have spent
+#: in each of its named steps so far in this process, by step.
+STEPS = "step seconds"

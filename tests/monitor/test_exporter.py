@@ -73,6 +73,13 @@ def test_exporter_on_a_real_pipeline(spark, config, tmp_path):
         assert value(found, "spark_delta_last_read_end_version", job="sessionize",
                      table="events") == end
         assert value(found, "abstream_system_lag_seconds") == 0.0
+        steps = {labels: seconds for (name, labels), seconds in found.items()
+                 if name == "abstream_query_step_seconds_total"
+                 and ("job", "sessionize") in labels}
+        assert len(steps) >= 7, "sessionize's steps, each with its seconds"
+        assert all(seconds > 0 for seconds in steps.values())
+        assert sum(steps.values()) == pytest.approx(
+            sum(ctx.stats.component("sessionize").step_seconds.values()))
 
         # A file lands 100 s "ago": ingest is behind by its age, and so is the system.
         late = landing / "late.jsonl"

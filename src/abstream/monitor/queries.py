@@ -26,6 +26,7 @@ from abstream.observed import (
     OUTPUT_WATERMARK,
     REPORTED,
     STATE_ROWS,
+    STEPS,
     WATERMARK,
     freshness_bucket,
 )
@@ -100,6 +101,10 @@ class QueryMetrics:
         self.last_progress = Gauge("abstream_query_last_progress_timestamp_seconds",
                                    "When the last micro-batch finished", job,
                                    registry=registry)
+        self.steps = Counter("abstream_query_step_seconds",
+                             "Seconds the query's micro-batches spent in each named step "
+                             "(the Spark jobs it runs)", ["job", "step"], registry=registry)
+        self._step_totals: dict[tuple[str, str], float] = {}
         self.freshness = FreshnessHistogram()
         registry.register(self.freshness)
 
@@ -130,6 +135,10 @@ class QueryMetrics:
             self._delta_versions(job, source)
         if FRESHNESS_COUNT in reported:
             self.freshness.add(reported)
+        for step, total in (reported.get(STEPS) or {}).items():
+            before = self._step_totals.get((job, step), 0.0)
+            self._step_totals[job, step] = total
+            self.steps.labels(job, step).inc(max(0.0, total - before))
 
     def _delta_versions(self, job: str, source: Mapping[str, Any]) -> None:
         match = _DELTA_SOURCE.match(source.get("description") or "")

@@ -32,6 +32,7 @@ from abstream.observed import (
     LATE,
     REPORTED,
     STATE_ROWS,
+    STEPS,
 )
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class RunStats:
                 written = Counter(records=sink_rows)
             facts = {key: written.pop(key) for key in FACTS
                      if key in written}
-            progress[REPORTED] = facts
+            progress[REPORTED] = {**facts, STEPS: dict(stats.step_seconds)}
             stats.batches += 1
             stats.input_rows += int(progress.get("numInputRows") or 0)
             stats.busy_seconds += (progress.get("batchDuration") or 0) / 1000
