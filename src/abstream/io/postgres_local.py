@@ -92,7 +92,8 @@ class LocalPostgres:
             self.process = subprocess.Popen(
                 [str(programs / "postgres"), "-D", str(self.data), "-p", str(self.port),
                  "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.home}"],
-                stdout=output, stderr=subprocess.STDOUT, **self._as_owner())
+                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                **self._as_owner())
         self._wait_ready()
         return self
 
@@ -126,9 +127,11 @@ class LocalPostgres:
         self.process = None
 
     def kill(self) -> None:
-        """End the server at once (SIGKILL), as a crash would."""
+        """End the server at once (SIGKILL), as a crash would: its postmaster and the
+        backends serving open connections (its process group), which a SIGKILL of the
+        postmaster alone leaves answering until they notice."""
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=60)
         self.process = None
 
