@@ -3,6 +3,7 @@ from pathlib import Path
 
 from abstream.io.tables import EVENTS_TABLE, REJECTED_TABLE, read_table
 from abstream.speed import COMPONENTS
+from abstream.speed.progress import ENGINE, OTHER
 from abstream.speed.runner import run_once
 from tests.helpers import beacon, dumps, forget_commits_after, reconfigure, write_lines
 
@@ -40,7 +41,8 @@ def test_ingest_splits_valid_rejected_and_duplicates_and_loses_nothing(ctx):
     assert stats.input_rows == events.count() + len(rejected) + stats.duplicates_dropped
     assert stats.written == {"events": 10, "rejected": 4}
     assert set(stats.step_seconds) == {"parse and check", "recent ids", "find repeats",
-                                       "bronze append", "keep new ids", "quarantine append"}
+                                       "bronze append", "keep new ids", "quarantine append",
+                                       OTHER, ENGINE}
 
 
 def test_later_files_are_picked_up_and_old_duplicates_still_dropped(ctx):

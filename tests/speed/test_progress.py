@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from abstream.speed.progress import RunStats
+from abstream.speed.progress import ENGINE, OTHER, RunStats
 
 
 def test_steps_add_up_per_component_and_count_a_failed_call_too():
@@ -21,3 +21,19 @@ def test_steps_add_up_per_component_and_count_a_failed_call_too():
     assert 0.1 <= steps["ingest"]["parse"] < 1
     assert 0.02 <= steps["ingest"]["append"] < steps["ingest"]["parse"]
     assert steps["sessionize"]["gold"] >= 0.02
+
+
+def test_every_second_of_a_micro_batch_is_in_a_step():
+    stats = RunStats()
+    with stats.micro_batch("sessionize"):
+        with stats.step("sessionize", "gold"):
+            time.sleep(0.05)
+        time.sleep(0.1)
+    # The listener adds the engine's seconds meanwhile: they are not the function's.
+    with stats.micro_batch("sessionize"):
+        stats.progressed({"name": "sessionize", "batchId": 0,
+                          "durationMs": {"triggerExecution": 1500, "addBatch": 1200}})
+    steps = stats.component("sessionize").step_seconds
+    assert 0.1 <= steps[OTHER] < 0.2
+    assert 0.05 <= steps["gold"] < 0.1
+    assert steps[ENGINE] == 0.3

@@ -1,6 +1,6 @@
 import json
 import shutil
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from abstream.io.tables import (
 )
 from abstream.schemas import EVENTS
 from abstream.speed import COMPONENTS
+from abstream.speed.progress import ENGINE, OTHER
 from abstream.speed.runner import run_once
 from tests.helpers import bronze_frame, bronze_row, reconfigure
 
@@ -137,9 +138,9 @@ def test_a_visit_open_across_many_micro_batches_is_one_visit(ctx):
     assert stats["peak_state_rows"] == 8, "long's six events and the two visits before it"
     assert stats["state_rows"] == 1, "only the visit at +9 h is still open"
     assert set(stats["step_seconds"]) == {"touched visits", "events snapshot", "visits",
-                                          "open snapshot", "untouched closing",
-                                          "silver append", "gold append",
-                                          "definitions append"}
+                                          "open snapshot", "untouched facts",
+                                          "untouched closing", "silver append", "gold append",
+                                          "definitions append", OTHER, ENGINE}
     assert ctx.stats.component("sessionize").batches >= 7
 
 
@@ -160,12 +161,15 @@ def _carried_then_touched(ctx):
     _append(ctx, [("b4", "busy", T0 + minutes[5])])
 
 
-@pytest.mark.parametrize(("generations", "copied_into"), [
-    (8, []),
+@pytest.mark.parametrize(("generations", "copied_into", "kept"), [
+    # idle is open in 2, busy in 3; busy's row in 1, superseded, is kept until it would
+    # close (+55 min), and 0 until the snapshot after the one that referred to it.
+    (8, [], ["batch=0", "batch=1", "batch=2", "batch=3"]),
     # One snapshot at most: each micro-batch copies the open visits of the one before.
-    (1, ["batch=2", "batch=3"]),
+    (1, ["batch=2", "batch=3"], ["batch=2", "batch=3"]),
 ])
-def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, copied_into):
+def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, copied_into,
+                                                              kept):
     """Untouched visits stay in the snapshot that sessionized them (up to ``generations``
     snapshots), or those of the oldest snapshot are copied into the newest one."""
     ctx = reconfigure(ctx, "sessionize", max_files_per_trigger=1, lateness=timedelta(0),
@@ -174,8 +178,7 @@ def test_open_visits_are_carried_untouched_and_touched_again(ctx, generations, c
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("quiet", 1)], "quiet closed at +50 min without a new event"
     state = _state(ctx)
-    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=2", "batch=3"], \
-        "idle (sessionized in 2) and busy (in 3) are open"
+    assert sorted(p.name for p in state.glob("batch=*")) == kept
     copied = sorted(p.parent.name for p in state.glob("batch=*/carried_events"))
     assert copied == copied_into
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
@@ -210,7 +213,8 @@ def test_a_visit_untouched_for_micro_batches_is_read_where_it_was_written(ctx):
         _append(ctx, [(f"b{minutes}", "busy", T0 + timedelta(minutes=minutes))])
     run_once(ctx, [COMPONENTS["sessionize"]])
     state = _state(ctx)
-    assert sorted(p.name for p in state.glob("batch=*")) == ["batch=0", "batch=2", "batch=3"]
+    assert sorted(p.name for p in state.glob("batch=*")) == \
+        ["batch=0", "batch=1", "batch=2", "batch=3"], "every row still open by its end"
     assert not list(state.glob("batch=*/carried_events")), "nothing copied"
     _append(ctx, [("i2", "idle", T0 + timedelta(minutes=20))])
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
@@ -273,8 +277,20 @@ def test_a_snapshot_writes_only_the_visits_it_sessionized(ctx):
     assert rows(2, "open_visits") == [("busy", 2, 3), ("idle", 2, 3)], \
         "busy's row of batch 2 stays, superseded"
     assert rows(3, "superseded") == [("busy", None)]
-    assert json.loads((state / "batch=3" / "_abstream_state.json").read_text())["held_rows"] \
-        == 7, "idle's three events and busy's four"
+    done = state / "batch=3" / "_abstream_state.json"
+    info = json.loads(done.read_text())
+    assert info["held_rows"] == 7, "idle's three events and busy's four"
+
+    def micros(minutes):
+        return int((T0 + timedelta(minutes=minutes)).replace(tzinfo=UTC).timestamp() * 1e6)
+
+    assert info["spans"] == {"1": [micros(0), micros(20), micros(20)],
+                             "2": [micros(0), micros(30), micros(40)],
+                             "3": [micros(0), micros(50), micros(50)]}, \
+        "each snapshot's rows: their earliest start, earliest and latest end"
+    # As the version before wrote it: the next micro-batch reads the spans from the rows.
+    done.write_text(json.dumps({**info, "spans": None}))
+    (state / "batch=3" / f".{done.name}.crc").unlink()
     _append(ctx, [("z", "later", T0 + timedelta(hours=5))])
     run_once(ctx, [COMPONENTS["sessionize"]])
     assert _visits(ctx) == [("busy", 4), ("idle", 3), ("quiet", 1)]

@@ -45,7 +45,10 @@ class Snapshot:
     snapshot did not record one); ``watermark`` the event time (epoch microseconds) before
     which the component takes later input as late (None for none yet, or where a snapshot
     did not record one); ``read_until`` the latest event time read, where the component
-    counts part of its input as not yet seen (None: as ``seen_until``)."""
+    counts part of its input as not yet seen (None: as ``seen_until``); ``spans`` the
+    component's own figures of each snapshot it refers to (whole numbers), kept so that the
+    next micro-batch need not read them from the parts (None where it did not record
+    them)."""
 
     batch: int
     seen_until: int | None
@@ -54,6 +57,7 @@ class Snapshot:
     form: int = 0
     watermark: int | None = None
     read_until: int | None = None
+    spans: Mapping[int, tuple[int, ...]] | None = None
 
 
 def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -88,9 +92,12 @@ class StateSnapshots:
             return None
         info = json.loads(self._files.read_text(done))
         refers_to = info.get("refers_to")
+        spans = info.get("spans")
         return Snapshot(batch, info.get("seen_until"), info.get("held_rows"),
                         None if refers_to is None else tuple(refers_to), info.get("form", 0),
-                        info.get("watermark"), info.get("read_until"))
+                        info.get("watermark"), info.get("read_until"),
+                        None if spans is None else {int(batch): tuple(figures)
+                                                    for batch, figures in spans.items()})
 
     def before(self, batch_id: int) -> Snapshot | None:
         """The newest complete snapshot written by a micro-batch before ``batch_id``."""
@@ -148,13 +155,16 @@ class StateSnapshots:
 
     def complete(self, batch_id: int, seen_until: int | None, held_rows: int,
                  refers_to: tuple[int, ...] = (), form: int = 0, *,
-                 watermark: int | None = None, read_until: int | None = None) -> Snapshot:
+                 watermark: int | None = None, read_until: int | None = None,
+                 spans: Mapping[int, tuple[int, ...]] | None = None) -> Snapshot:
         """Mark the snapshot complete, and drop the snapshots before the previous one that
         neither refers to."""
         previous = self.before(batch_id)
         self._files.write_text(posixpath.join(self._folder(batch_id), _DONE), json.dumps(
             {"seen_until": seen_until, "held_rows": held_rows, "refers_to": list(refers_to),
-             "form": form, "watermark": watermark, "read_until": read_until}))
+             "form": form, "watermark": watermark, "read_until": read_until,
+             "spans": None if spans is None else {str(batch): list(figures)
+                                                  for batch, figures in spans.items()}}))
         kept = {batch_id, *refers_to}
         if previous is not None:
             kept |= {previous.batch, *(previous.refers_to or ())}
@@ -163,4 +173,4 @@ class StateSnapshots:
                 self._parts.pop(batch, None)
                 self._files.delete(old)
         return Snapshot(batch_id, seen_until, held_rows, tuple(refers_to), form, watermark,
-                        read_until)
+                        read_until, spans)

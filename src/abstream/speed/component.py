@@ -98,7 +98,8 @@ def stream_writer(ctx: Context, name: str, stream: DataFrame, write: BatchWrite,
                   output_mode: str = "append") -> DataStreamWriter:
     """``stream`` written batch by batch with ``write``, checkpointed under the data dir."""
     def for_each_batch(batch: DataFrame, batch_id: int) -> None:
-        counts = write(batch, batch_id, writer_id(batch.sparkSession, name))
+        with ctx.stats.micro_batch(name):
+            counts = write(batch, batch_id, writer_id(batch.sparkSession, name))
         ctx.stats.wrote(name, batch_id, **counts)
 
     return (

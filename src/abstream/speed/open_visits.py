@@ -14,10 +14,12 @@ Each micro-batch writes a snapshot (``DELTAS``, the layout this version writes) 
 The visits open after a micro-batch are the rows of the snapshots it refers to (their
 generations) whose end + gap its watermark has not passed, less those a later one of these
 snapshots superseded (``current``). An untouched visit is neither read whole nor written
-again: a micro-batch reads the key, end and events of every row (to find the touched ones,
-and the snapshots that hold visits closing or settling in it), the rows of those snapshots
-(filtered by their end), and the events of the touched ones; it writes the visits it
-sessionized. Once the open visits would refer to more than
+again: a micro-batch reads the key, end and events of every row (to find the touched ones),
+the rows of the snapshots that hold visits closing or settling in it (filtered by their
+end), and the events of the touched ones; it writes the visits it sessionized. Which
+snapshots hold visits that close or settle, and the earliest start still open, it finds
+from the span of each snapshot's rows (earliest start, earliest and latest end), which
+the snapshot before recorded (``Snapshot.spans``). Once the open visits would refer to more than
 ``sessionize.state_generations`` snapshots, the micro-batch copies those of the oldest into
 its own (rows and events), so it copies what one snapshot holds at most.
 
@@ -28,8 +30,8 @@ micro-batch copying every open visit it lists into its own snapshot, whole, with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -53,32 +55,31 @@ CARRIED_VISIT = (*HELD_VISIT, "visit_end", "events")
 WHOLE_IN_GENERATION, DELTAS = 1, 2
 
 
+#: What a snapshot's open visits' rows span, as it wrote them (epoch microseconds): their
+#: earliest start, and their earliest and latest end.
+Span = tuple[int, int, int]
+
+
 @dataclass(frozen=True)
 class Held:
     """What the snapshot before a micro-batch left open: its ``visits`` (``CARRIED_VISIT``,
     and ``partial``: whether to sessionize them again), in the ``DELTAS`` layout with rows
     no longer theirs among them (``current``), the snapshots that hold them
     (``generations``), the rows ``superseded`` in those (None for the earlier layouts),
-    and how many events they hold (``rows``)."""
+    how many events they hold (``rows``), and the ``Span`` of each snapshot's rows, where
+    the snapshot before recorded them."""
 
     visits: DataFrame
     generations: tuple[int, ...]
     superseded: DataFrame | None
     rows: int
     deltas: bool
+    spans: Mapping[int, Span] = field(default_factory=dict)
 
     def of_sessions(self, sessions: DataFrame) -> DataFrame:
-        """The held visits of ``sessions`` (``session_id``, few: hinted broadcast, a hint
-        its renaming keeps) less those superseded: only the rows superseded in these
-        sessions are read into the join, broadcast, instead of every superseded row
-        shuffled."""
-        visits = self.visits.join(sessions, "session_id", "left_semi")
-        if self.superseded is None:
-            return visits
-        superseded = self.superseded.join(
-            sessions.withColumnRenamed("session_id", "superseded_session"),
-            "superseded_session", "left_semi")
-        return current(visits, F.broadcast(superseded))
+        """The held visits of ``sessions`` less those superseded (``current_of``)."""
+        return current_of(self.visits.join(sessions, "session_id", "left_semi"),
+                          self.superseded, sessions)
 
 
 def _held(state: StateSnapshots, previous: Snapshot | None, gap: timedelta
@@ -127,6 +128,19 @@ def current(visits: DataFrame, superseded: DataFrame | None) -> DataFrame:
                        & (F.col("superseded_start").isNull()
                           | (F.col("superseded_start") == F.col("visit_start"))),
                        "left_anti")
+
+
+def current_of(visits: DataFrame, superseded: DataFrame | None, sessions: DataFrame
+               ) -> DataFrame:
+    """The held ``visits`` of ``sessions`` (``session_id``, few: hinted broadcast, a hint
+    its renaming keeps) that no later snapshot ``superseded`` (``current``), reading only
+    the rows superseded in these sessions into the join, broadcast, instead of every
+    superseded row shuffled."""
+    if superseded is None:
+        return visits
+    return current(visits, F.broadcast(superseded.join(
+        sessions.withColumnRenamed("session_id", "superseded_session"),
+        "superseded_session", "left_semi")))
 
 
 def _rows_of(state: StateSnapshots, batches: tuple[int, ...]) -> DataFrame:
@@ -281,26 +295,67 @@ def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, still_ope
     """In the ``DELTAS`` layout, the untouched open visits that are ``due`` (closing or
     settling, by their end), whole, from the rows of the snapshots they are ``held_in``,
     read once onto local disk; observed meanwhile: how many of them close (``visits``)
-    and the events these hold (``events``)."""
-    rows = _rows_of(state, held_in).where(due).join(touched, "session_id", "left_anti")
+    and the events these hold (``events``).
+
+    The due rows go onto local disk first, so that only the rows superseded in their
+    sessions are read into the join, broadcast (``current_of``)."""
+    rows = on_disk(_rows_of(state, held_in).where(due).join(touched, "session_id",
+                                                             "left_anti"))
     gone = Observation()
-    return on_disk(current(rows, superseded).observe(
+    return on_disk(current_of(rows, superseded, F.broadcast(rows.select("session_id"))).observe(
         gone, F.count_if(~still_open).alias("visits"),
         F.sum(F.when(~still_open, F.col("events"))).alias("events"))), gone
 
 
-def _untouched_facts(untouched: DataFrame, still_open: Column, due: Column
+def _spans_of(state: StateSnapshots, batches: tuple[int, ...]) -> dict[int, Span]:
+    """The ``Span`` of the open visits' rows each snapshot of ``batches`` wrote, read from
+    them (for snapshots that did not record their spans)."""
+    if not batches:
+        return {}
+    return {row["generation"]: (row["start"], row["first_end"], row["last_end"])
+            for row in _rows_of(state, batches).groupBy("generation").agg(
+                F.unix_micros(F.min("visit_start")).alias("start"),
+                F.unix_micros(F.min("visit_end")).alias("first_end"),
+                F.unix_micros(F.max("visit_end")).alias("last_end")).collect()}
+
+
+def _meets(span: Span, since: int | None, before: int) -> bool:
+    """Whether a row of ``span`` may end at or after ``since`` (None: any time) and before
+    ``before``."""
+    return (since is None or span[2] >= since) and span[1] < before
+
+
+def _untouched_facts(state: StateSnapshots, held: Held, *, watermark: int | None,
+                     closing_at: int | None, gap: timedelta, still_open: Column
                      ) -> dict[str, Any]:
-    """Of the ``untouched`` held rows (superseded or not), in one scan of their keys and
-    ends: the earliest start (``earliest``, epoch microseconds) and the generations
-    (``generations``) of those still open, and the generations of those ``due``
-    (``due_in``)."""
-    return untouched.agg(
-        F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
-        F.array_sort(F.collect_set(F.when(still_open, F.col("generation"))))
-        .alias("generations"),
-        F.array_sort(F.collect_set(F.when(due, F.col("generation")))).alias("due_in"),
-    ).first().asDict()
+    """Of the held rows, from the spans of the snapshots that hold them (``held.spans``;
+    read from those that did not record theirs): the snapshots with rows still open, with
+    their spans (``spans``), those with rows that may close or settle
+    in the micro-batch (``due_in``: ``_due`` reads their rows), and the earliest start of the
+    rows still open (``earliest``, epoch microseconds; exact: the rows of a snapshot whose
+    rows only partly stay open are read for it).
+
+    The rows of a session sessionized again in the micro-batch count here too, though the
+    visits it writes replace them: each one's events are in one of those visits, which
+    starts no later and ends no earlier, so no figure moves for them but for keeping their
+    snapshot a little longer, until its rows close."""
+    gap_micros = gap // timedelta(microseconds=1)
+    spans = {**_spans_of(state, tuple(g for g in held.generations if g not in held.spans)),
+             **{g: span for g, span in held.spans.items() if g in held.generations}}
+    open_from = None if closing_at is None else closing_at - gap_micros
+    still = {g: span for g, span in spans.items() if open_from is None or span[2] >= open_from}
+    due_in = () if closing_at is None or open_from is None else tuple(sorted(
+        g for g, span in spans.items()
+        if _meets(span, None if watermark is None else watermark - gap_micros, open_from)
+        or _meets(span, watermark, closing_at)))
+    partly = tuple(sorted(g for g, span in still.items()
+                          if open_from is not None and span[1] < open_from))
+    starts = [span[0] for g, span in still.items() if g not in partly]
+    if partly:
+        starts.append(_rows_of(state, partly).where(still_open)
+                      .agg(F.unix_micros(F.min("visit_start"))).first()[0])
+    return {"earliest": min((t for t in starts if t is not None), default=None),
+            "spans": still, "due_in": due_in}
 
 
 def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
@@ -320,8 +375,8 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
     before (``held_rows``) less those of the ``touched_visits`` (``rows_touched``) and of
     the untouched ones that close (``gone``: ``_due``'s figures), plus those of the visits
     sessionized that stay open; the earliest start and the generations are those of the
-    untouched rows still open, superseded or not (a superseded row's visit is in a later
-    row that starts no later, and stays open as long), with the written ones."""
+    held rows still open (``rest``), with the written ones, and so are the spans of the
+    generations (``spans``)."""
     moved = held_in[:max(0, len(held_in) + 1 - limit)]
     written = sessionized.withColumn("copied", F.lit(False))
     replaced = touched_visits.select(
@@ -341,16 +396,22 @@ def _leave_open_deltas(state: StateSnapshots, batch_id: int, sessionized: DataFr
         F.count_if(still_open).alias("left"),
         F.sum(F.when(still_open & ~F.col("copied"), F.col("events"))).alias("rows"),
         F.unix_micros(F.min(F.when(still_open, F.col("visit_start")))).alias("earliest"),
+        F.unix_micros(F.min(F.when(still_open, F.col("visit_end")))).alias("first_end"),
+        F.unix_micros(F.max(F.when(still_open, F.col("visit_end")))).alias("last_end"),
     ).where(still_open))
     state.write(batch_id, SUPERSEDED, replaced)
     written_facts = kept.get
     earliest = [t for t in (written_facts["earliest"], rest["earliest"]) if t is not None]
+    spans = {g: span for g, span in rest["spans"].items() if g not in moved}
+    if written_facts["left"]:
+        spans[batch_id] = (written_facts["earliest"], written_facts["first_end"],
+                           written_facts["last_end"])
     return {
         "closing": written_facts["closing"] + gone["visits"],
         "rows": held_rows - rows_touched - (gone["events"] or 0) + (written_facts["rows"] or 0),
         "earliest": min(earliest, default=None),
-        "generations": sorted({*rest["generations"], *((batch_id,) if written_facts["left"]
-                                                       else ())} - set(moved)),
+        "generations": sorted(spans),
+        "spans": spans,
     }
 
 
@@ -365,31 +426,35 @@ class OpenVisits:
         self._leave_open_deltas = timed("open snapshot", _leave_open_deltas)
         self._closing_or_settling = timed("untouched closing", _closing_or_settling)
         self._due = timed("untouched closing", _due)
+        self._untouched_facts = timed("untouched facts", _untouched_facts)
 
     def held(self, previous: Snapshot | None) -> Held:
         """What ``previous`` left open."""
         visits, generations, superseded = _held(self.state, previous, self.gap)
         return Held(visits, generations, superseded,
                     (previous.held_rows or 0) if previous else 0,
-                    previous is None or previous.form >= DELTAS)
+                    previous is None or previous.form >= DELTAS,
+                    dict(previous.spans or {}) if previous else {})
 
     def leave_open(self, batch_id: int, held: Held, visits: DataFrame, touched: DataFrame,
                    touched_visits: DataFrame, *, touched_in: HeldIn, watermark: int | None,
-                   still_open: Column, settling: Column,
+                   closing_at: int | None, still_open: Column, settling: Column,
                    on_disk: Callable[[DataFrame], DataFrame]
                    ) -> tuple[dict[str, Any], DataFrame]:
         """Write the open visits after ``batch_id``, which sessionized ``visits`` (the
         ``touched`` sessions, whose held visits were ``touched_visits``, held as
         ``touched_in`` says), as its snapshot's parts; return ``_leave_open``'s figures and
-        the untouched visits that close or settle (watermark ``watermark``;
-        ``open_and_settling``'s ``still_open`` and ``settling``), whole, on local disk."""
+        the untouched visits that close or settle (watermarks ``watermark`` and the next,
+        ``closing_at``; ``open_and_settling``'s ``still_open`` and ``settling``), whole, on
+        local disk."""
         sessionized = visits.withColumn(
             "generation", constants.long_constant(batch_id)).select(*OPEN_VISITS.fieldNames())
-        untouched = held.visits.join(touched, "session_id", "left_anti")
         if held.deltas:
             due = _open_at(watermark, self.gap // timedelta(microseconds=1)) & ~still_open \
                 | settling
-            rest = _untouched_facts(untouched, still_open, due)
+            rest = self._untouched_facts(self.state, held, watermark=watermark,
+                                         closing_at=closing_at, gap=self.gap,
+                                         still_open=still_open)
             due_visits, gone = self._due(self.state, tuple(rest["due_in"]), due, still_open,
                                          touched=touched, superseded=held.superseded,
                                          on_disk=on_disk)
@@ -400,6 +465,7 @@ class OpenVisits:
                 held_in=held.generations, held_rows=held.rows, limit=self.limit,
                 columns=self.columns, on_disk=on_disk)
             return kept, due_visits.drop("generation")
+        untouched = held.visits.join(touched, "session_id", "left_anti")
         kept = self._leave_open(self.state, batch_id, sessionized, untouched, still_open,
                                 settling=settling, held_in=held.generations, limit=1,
                                 columns=self.columns)

@@ -36,6 +36,10 @@ from abstream.observed import (
 )
 
 log = logging.getLogger(__name__)
+#: The steps every component has: the seconds of its micro-batch function that none of its
+#: named steps took, and those of each trigger outside the function (the streaming
+#: engine's: offsets, planning, its logs).
+OTHER, ENGINE = "other", "streaming engine"
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -96,6 +100,26 @@ class RunStats:
                 stats.step_seconds[name] += seconds
             log.debug("%s: %s took %.2f s", component, name, seconds)
 
+    @contextmanager
+    def micro_batch(self, component: str) -> Iterator[None]:
+        """Add the seconds of the block (a micro-batch's function) that none of the
+        component's named steps took in it to its ``OTHER`` step."""
+        stats = self.component(component)
+
+        def named() -> float:
+            # The engine's seconds are added by the listener's thread, meanwhile.
+            return sum(seconds for step, seconds in stats.step_seconds.items()
+                       if step not in {OTHER, ENGINE})
+
+        with self._lock:
+            before = named()
+        try:
+            with self.step(component, OTHER):
+                yield
+        finally:
+            with self._lock:
+                stats.step_seconds[OTHER] -= named() - before
+
     def timed(self, component: str, name: str, action: Callable[P, R]) -> Callable[P, R]:
         """``action``, its calls added to the component's ``name`` step."""
         def timed_action(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -116,6 +140,10 @@ class RunStats:
                 written = Counter(records=sink_rows)
             facts = {key: written.pop(key) for key in FACTS
                      if key in written}
+            durations = progress.get("durationMs") or {}
+            if "triggerExecution" in durations and "addBatch" in durations:
+                stats.step_seconds[ENGINE] += \
+                    max(0, durations["triggerExecution"] - durations["addBatch"]) / 1000
             progress[REPORTED] = {**facts, STEPS: dict(stats.step_seconds)}
             stats.batches += 1
             stats.input_rows += int(progress.get("numInputRows") or 0)

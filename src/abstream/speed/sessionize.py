@@ -295,8 +295,8 @@ def build(ctx: Context) -> DataStreamWriter:
                 still_open, settling = open_and_settling(watermark, closing_at, gap)
                 kept, untouched = open_visits.leave_open(
                     batch_id, held, visits, touched, touched_visits, touched_in=touched_in,
-                    watermark=watermark, still_open=still_open, settling=settling,
-                    on_disk=disk.put)
+                    watermark=watermark, closing_at=closing_at, still_open=still_open,
+                    settling=settling, on_disk=disk.put)
                 closed = visits.where(~still_open).unionByName(untouched.where(~still_open))
                 if kept["closing"]:
                     append_visits(sessions.with_lineage(closed, SPEED), writer_id, batch_id)
@@ -311,7 +311,8 @@ def build(ctx: Context) -> DataStreamWriter:
             touched.unpersist()
             touched_visits.unpersist()
         state.complete(batch_id, seen_until, kept["rows"] or 0, tuple(kept["generations"]),
-                       DELTAS, watermark=closing_at, read_until=read_until)
+                       DELTAS, watermark=closing_at, read_until=read_until,
+                       spans=kept.get("spans"))
         return _report(kept, seen.get, closing_at)
 
     return stream_writer(ctx, NAME, sessions.with_measured_properties(
