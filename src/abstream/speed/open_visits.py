@@ -291,20 +291,22 @@ def _leave_open(state: StateSnapshots, batch_id: int, sessionized: DataFrame,
 
 def _due(state: StateSnapshots, held_in: tuple[int, ...], due: Column, still_open: Column, *,
          touched: DataFrame, superseded: DataFrame | None,
-         on_disk: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, Observation]:
+         on_disk: Callable[[DataFrame], DataFrame]) -> tuple[DataFrame, dict[str, Any]]:
     """In the ``DELTAS`` layout, the untouched open visits that are ``due`` (closing or
     settling, by their end), whole, from the rows of the snapshots they are ``held_in``,
-    read once onto local disk; observed meanwhile: how many of them close (``visits``)
-    and the events these hold (``events``).
+    read once onto local disk, and how many of them close (``visits``) and the events
+    these hold (``events``), observed meanwhile. None where no snapshot holds one.
 
     The due rows go onto local disk first, so that only the rows superseded in their
     sessions are read into the join, broadcast (``current_of``)."""
-    rows = on_disk(_rows_of(state, held_in).where(due).join(touched, "session_id",
-                                                             "left_anti"))
+    rows = _rows_of(state, held_in)
+    if not held_in:
+        return rows, {"visits": 0, "events": None}
+    rows = on_disk(rows.where(due).join(touched, "session_id", "left_anti"))
     gone = Observation()
     return on_disk(current_of(rows, superseded, F.broadcast(rows.select("session_id"))).observe(
         gone, F.count_if(~still_open).alias("visits"),
-        F.sum(F.when(~still_open, F.col("events"))).alias("events"))), gone
+        F.sum(F.when(~still_open, F.col("events"))).alias("events"))), gone.get
 
 
 def _spans_of(state: StateSnapshots, batches: tuple[int, ...]) -> dict[int, Span]:
@@ -461,7 +463,7 @@ class OpenVisits:
             kept = self._leave_open_deltas(
                 self.state, batch_id, sessionized, rest, still_open, touched=touched,
                 touched_visits=touched_visits, rows_touched=touched_in.events,
-                superseded=held.superseded, gone=gone.get,
+                superseded=held.superseded, gone=gone,
                 held_in=held.generations, held_rows=held.rows, limit=self.limit,
                 columns=self.columns, on_disk=on_disk)
             return kept, due_visits.drop("generation")
