@@ -321,6 +321,28 @@ def _spans_of(state: StateSnapshots, batches: tuple[int, ...]) -> dict[int, Span
                 F.unix_micros(F.max("visit_end")).alias("last_end")).collect()}
 
 
+def _due_windows(watermark: int | None, closing_at: int | None, gap_micros: int
+                 ) -> tuple[tuple[int | None, int], ...]:
+    """When a held visit ends if it is due in the micro-batch from ``watermark`` to
+    ``closing_at``: as ``[since, before)`` (``since`` None: any time before), closing (its
+    end + gap passed) or settling (its end passed). None before any watermark."""
+    if closing_at is None:
+        return ()
+    return ((None if watermark is None else watermark - gap_micros, closing_at - gap_micros),
+            (watermark, closing_at))
+
+
+def _ends_in(windows: tuple[tuple[int | None, int], ...]) -> Column:
+    """Whether a visit's end falls in one of ``windows`` (``_due_windows``)."""
+    visit_end = constants.micros("visit_end")
+    due = F.lit(False)
+    for since, before in windows:
+        ends = visit_end < constants.micros_constant(before)
+        due = due | (ends if since is None
+                     else ends & (visit_end >= constants.micros_constant(since)))
+    return due
+
+
 def _meets(span: Span, since: int | None, before: int) -> bool:
     """Whether a row of ``span`` may end at or after ``since`` (None: any time) and before
     ``before``."""
@@ -346,10 +368,9 @@ def _untouched_facts(state: StateSnapshots, held: Held, *, watermark: int | None
              **{g: span for g, span in held.spans.items() if g in held.generations}}
     open_from = None if closing_at is None else closing_at - gap_micros
     still = {g: span for g, span in spans.items() if open_from is None or span[2] >= open_from}
-    due_in = () if closing_at is None or open_from is None else tuple(sorted(
-        g for g, span in spans.items()
-        if _meets(span, None if watermark is None else watermark - gap_micros, open_from)
-        or _meets(span, watermark, closing_at)))
+    windows = _due_windows(watermark, closing_at, gap_micros)
+    due_in = tuple(sorted(g for g, span in spans.items()
+                          if any(_meets(span, *window) for window in windows)))
     partly = tuple(sorted(g for g, span in still.items()
                           if open_from is not None and span[1] < open_from))
     starts = [span[0] for g, span in still.items() if g not in partly]
@@ -452,8 +473,8 @@ class OpenVisits:
         sessionized = visits.withColumn(
             "generation", constants.long_constant(batch_id)).select(*OPEN_VISITS.fieldNames())
         if held.deltas:
-            due = _open_at(watermark, self.gap // timedelta(microseconds=1)) & ~still_open \
-                | settling
+            due = _ends_in(_due_windows(watermark, closing_at,
+                                        self.gap // timedelta(microseconds=1)))
             rest = self._untouched_facts(self.state, held, watermark=watermark,
                                          closing_at=closing_at, gap=self.gap,
                                          still_open=still_open)
