@@ -18,6 +18,7 @@ from pyspark.sql.types import ArrayType, StructField, StructType
 from abstream.config import EventsSettings, PropertySpec
 from abstream.errors import AbstreamError, UsageError
 from abstream.io.tables import (
+    CHECKPOINT_INTERVAL,
     EVENTS_TABLE,
     METRICS_TABLE,
     SESSIONS_TABLE,
@@ -68,6 +69,23 @@ def test_an_append_keeps_statistics_of_the_filtered_columns_only(spark, tmp_path
     stats = _stats_of_first_file(path)
 
     assert set(stats["nullCount"]) == set(spec.stats_columns)
+
+
+def test_tables_checkpoint_their_log_every_hundred_commits_not_ten(spark, tmp_path):
+    layout = Layout.of(tmp_path)
+    for spec in TABLES:
+        properties = DeltaTable.forPath(spark, ensure_table(spark, spec, layout)) \
+            .detail().first()["properties"]
+        assert properties["delta.checkpointInterval"] == str(CHECKPOINT_INTERVAL), spec.name
+    path = EVENTS_TABLE.path(layout)
+    schema = spark.read.format("delta").load(path).schema
+    for _ in range(11):
+        spark.range(1).select(*(_any_value(f) for f in schema.fields)) \
+            .write.format("delta").mode("append").save(path)
+
+    assert DeltaTable.forPath(spark, path).history(1).first()["version"] == 11
+    assert not (Path(path) / "_delta_log" / "_last_checkpoint").exists(), \
+        "Delta's default would have checkpointed version 10"
 
 
 def test_a_table_partitioned_otherwise_is_refused_with_one_line(spark, tmp_path):

@@ -86,6 +86,12 @@ _STAGED = "_staged_commits"
 CREATION_SECONDS = 30.0
 #: How many times a table is rewritten by its day when concurrent commits win the race.
 REPARTITION_ATTEMPTS = 3
+#: Commits between two Delta checkpoints of a table abstream creates (Delta's default: 10).
+#: A streaming writer commits every micro-batch, and each checkpoint rewrites the table's
+#: whole file list: a 40-row append took 0.37 s on average at 100 against 0.58 s at 10 (a
+#: checkpoint 1.7-3.0 s every tenth). A reader replays at most this many commits after the
+#: latest checkpoint.
+CHECKPOINT_INTERVAL = 100
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
@@ -99,7 +105,8 @@ def ensure_table(spark: SparkSession, spec: TableSpec, layout: Layout) -> str:
     _clear_interrupted_creation(spark, spec, path)
     log.debug("creating Delta table %s at %s", spec.name, path)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema) \
-        .partitionedBy(*spec.partition_by)
+        .partitionedBy(*spec.partition_by) \
+        .property("delta.checkpointInterval", str(CHECKPOINT_INTERVAL))
     if spec.stats_columns:
         builder = builder.property("delta.dataSkippingStatsColumns", ",".join(spec.stats_columns))
     try:
