@@ -8,6 +8,7 @@ creates, and its folder is that user's.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -127,15 +128,46 @@ class LocalPostgres:
         self.process = None
 
     def kill(self) -> None:
-        """End the server at once (SIGKILL), as a crash would: its postmaster and the
-        backends serving open connections (its process group), which a SIGKILL of the
-        postmaster alone leaves answering until they notice."""
+        """End the server at once (SIGKILL), as a crash would: its postmaster and its
+        backends. Each backend makes itself a process group leader, so a SIGKILL of the
+        postmaster or of its group leaves the backend of an open connection answering until
+        it notices; the postmaster is stopped first so that it starts none meanwhile."""
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.kill(self.process.pid, signal.SIGSTOP)
+            children = _children(self.process.pid)
+            for pid in (*children, self.process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.process.wait(timeout=60)
+            deadline = time.monotonic() + 60
+            while any(_running(pid) for pid in children) and time.monotonic() < deadline:
+                time.sleep(0.01)
         self.process = None
 
     def remove(self) -> None:
         """Stop the server and delete its folder."""
         self.stop()
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _children(pid: int) -> tuple[int, ...]:
+    """The processes whose parent is ``pid`` (from ``/proc``)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(Path(stat).parent.name))
+    return tuple(found)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
