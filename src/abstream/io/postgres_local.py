@@ -151,23 +151,22 @@ class LocalPostgres:
 
 
 def _children(pid: int) -> tuple[int, ...]:
-    """The processes whose parent is ``pid`` (from ``/proc``)."""
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as file:
-                fields = file.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(Path(stat).parent.name))
-    return tuple(found)
+    """The processes whose parent is ``pid``."""
+    return tuple(int(Path(stat).parent.name) for stat in glob.glob("/proc/[0-9]*/stat")
+                 if (fields := _stat(stat)) and int(fields[1]) == pid)
 
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    fields = _stat(f"/proc/{pid}/stat")
+    return bool(fields) and fields[0] != "Z"
+
+
+def _stat(path: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` after the program's name (state, parent, ...);
+    none for a process gone."""
     try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(path) as file:
+            return file.read().rsplit(")", 1)[1].split()
     except OSError:
-        return False
+        return []

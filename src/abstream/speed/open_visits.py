@@ -205,24 +205,14 @@ def _open_at(closing_at: int | None, gap_micros: int) -> Column:
     return constants.micros("visit_end") >= constants.micros_constant(closing_at - gap_micros)
 
 
-def _settling(watermark: int | None, closing_at: int | None) -> Column:
-    """Whether a visit's last event falls between the micro-batch's ``watermark`` and the
-    next (``closing_at``): the watermark passed it, and with it every time a unit of the
-    visit counts at (its start, its first exposures), in this micro-batch."""
-    if closing_at is None:
-        return F.lit(False)
-    visit_end = constants.micros("visit_end")
-    before_next = visit_end < constants.micros_constant(closing_at)
-    if watermark is None:
-        return before_next
-    return before_next & (visit_end >= constants.micros_constant(watermark))
-
-
 def open_and_settling(watermark: int | None, closing_at: int | None, gap: timedelta
                       ) -> tuple[Column, Column]:
-    """Whether a visit is still open after the micro-batch, and whether it settles in it."""
+    """Whether a visit is still open after the micro-batch, and whether it settles in it:
+    its last event falls between the micro-batch's ``watermark`` and the next
+    (``closing_at``), so the watermark passed it, and with it every time a unit of the visit
+    counts at (its start, its first exposures), in this micro-batch."""
     return (_open_at(closing_at, gap // timedelta(microseconds=1)),
-            _settling(watermark, closing_at))
+            _ends_in(() if closing_at is None else ((watermark, closing_at),)))
 
 
 def _closing_or_settling(state: StateSnapshots, held: DataFrame, held_in: tuple[int, ...],
